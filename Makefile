@@ -1,0 +1,41 @@
+# Quick start: `make run` (install, migrate, demo data, web + worker) and `make test`.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+VENDOR := static/vendor
+
+.PHONY: install run test lint check-static clean
+
+install: $(VENV)/.installed $(VENDOR)/.installed
+
+$(VENV)/.installed: requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	touch $@
+
+# htmx and KaTeX come from the npm registry at install time and are served as
+# our own static files; the pages never reference a CDN.
+$(VENDOR)/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --silent
+	rm -rf $(VENDOR) && mkdir -p $(VENDOR)/katex
+	cp node_modules/htmx.org/dist/htmx.min.js $(VENDOR)/htmx.min.js
+	cp node_modules/katex/dist/katex.min.js node_modules/katex/dist/katex.min.css $(VENDOR)/katex/
+	cp node_modules/katex/dist/contrib/auto-render.min.js $(VENDOR)/katex/
+	cp -r node_modules/katex/dist/fonts $(VENDOR)/katex/fonts
+	touch $@
+
+run: install
+	bash scripts/run-embedded.sh
+
+test: install
+	$(VENV)/bin/pytest
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy .
+
+clean:
+	rm -rf $(VENV) node_modules $(VENDOR) staticfiles

@@ -1,0 +1,393 @@
+"""People, problems, solutions, tasks, assignments and step ratings.
+
+The tables follow the PRM800K record format closely enough that an import
+followed by an export reproduces every record value for value: a record is one
+Assignment (a labeler working on a Task), its ``label.steps`` are LabeledStep
+rows and each step's ``completions`` are StepRating rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+def text_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def steps_sha256(steps: list[str] | None) -> str:
+    # The separator cannot occur inside a JSON-decoded step, so distinct step
+    # lists always hash differently (["a\nb"] vs ["a", "b"]).
+    joined = "\x00".join(steps) if steps is not None else "\x01phase-1"
+    return text_sha256(joined)
+
+
+class Split(models.TextChoices):
+    TRAIN = "train", "train"
+    TEST = "test", "test"
+    UNSPECIFIED = "", "unspecified"
+
+
+class Problem(models.Model):
+    unique_id = models.CharField(max_length=255, unique=True)
+    problem = models.TextField()
+    # Indexed so the PRM800K importer can find a MATH problem it already has
+    # by its text (the release carries no problem id).
+    problem_sha256 = models.CharField(max_length=64, db_index=True, editable=False)
+    # Nullable because the release has records whose reference fields are
+    # null, and the round trip keeps nulls as nulls.
+    solution = models.TextField(null=True, blank=True)
+    answer = models.TextField(null=True, blank=True)
+    subject = models.CharField(max_length=100, blank=True, default="")
+    level = models.PositiveSmallIntegerField(null=True, blank=True)
+    split = models.CharField(max_length=10, choices=Split.choices, blank=True, default=Split.UNSPECIFIED)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return self.unique_id
+
+
+class Solution(models.Model):
+    """A model-written solution, split into steps, as served in phase 2.
+
+    ``steps`` is null for the placeholder solution of a phase-1 task, whose
+    steps are chosen during labeling rather than generated in advance.
+    """
+
+    problem = models.ForeignKey(Problem, on_delete=models.CASCADE, related_name="solutions")
+    steps = models.JSONField(null=True, blank=True)
+    steps_sha256 = models.CharField(max_length=64, editable=False)
+    final_answer = models.TextField(null=True, blank=True)
+    source_model = models.CharField(max_length=200, blank=True, default="")
+    # Null until graded; set by answer grading against Problem.answer.
+    is_correct = models.BooleanField(null=True, blank=True)
+    grading_note = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            # The same text for the same problem is one solution: re-importing a
+            # pool, or the same solution seen in several generations, reuses it.
+            models.UniqueConstraint(
+                fields=["problem", "steps_sha256", "source_model"], name="solution_unique_per_problem"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"solution {self.pk} of {self.problem_id}"
+
+    @property
+    def step_count(self) -> int:
+        return len(self.steps or [])
+
+
+class StepAlternative(models.Model):
+    """An alternative candidate for one step of a solution (phase 2).
+
+    Rated by the labeler at the step where they found the first error;
+    ``ordinal`` starts at 1 because completion 0 is the solution's own step.
+    """
+
+    solution = models.ForeignKey(Solution, on_delete=models.CASCADE, related_name="alternatives")
+    step_index = models.PositiveIntegerField()
+    ordinal = models.PositiveIntegerField()
+    text = models.TextField()
+    source_model = models.CharField(max_length=200, blank=True, default="")
+
+    class Meta:
+        ordering = ["solution_id", "step_index", "ordinal"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["solution", "step_index", "ordinal"], name="step_alternative_unique_ordinal"
+            ),
+            models.CheckConstraint(condition=Q(ordinal__gte=1), name="step_alternative_ordinal_after_original"),
+        ]
+
+
+class Phase(models.IntegerChoices):
+    ONE = 1, "phase 1"
+    TWO = 2, "phase 2"
+
+
+class GenerationStatus(models.TextChoices):
+    REQUESTED = "requested", "requested"
+    TRAINING = "training", "training"
+    SCORING = "scoring", "scoring"
+    GRADING = "grading", "grading"
+    SELECTING = "selecting", "selecting"
+    OPEN = "open", "open"
+    CLOSED = "closed", "closed"
+    FAILED = "failed", "failed"
+
+
+RUNNING_GENERATION_STATUSES = [
+    GenerationStatus.REQUESTED,
+    GenerationStatus.TRAINING,
+    GenerationStatus.SCORING,
+    GenerationStatus.GRADING,
+    GenerationStatus.SELECTING,
+]
+
+SCREENING_GENERATION = -1
+
+
+class Generation(models.Model):
+    """One round of labeling.
+
+    ``number`` is exported as the record's ``generation``: -1 is the screening
+    set, 0.. are active-learning rounds, and null is phase-1 work.
+    """
+
+    number = models.IntegerField(null=True, blank=True, unique=True)
+    phase = models.PositiveSmallIntegerField(choices=Phase.choices, default=Phase.TWO)
+    status = models.CharField(max_length=20, choices=GenerationStatus.choices, default=GenerationStatus.OPEN)
+    config = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["number"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["phase"],
+                condition=Q(number__isnull=True),
+                name="generation_one_unnumbered_phase_1",
+            ),
+            models.CheckConstraint(
+                condition=Q(number__isnull=True, phase=Phase.ONE) | Q(number__isnull=False),
+                name="generation_only_phase_1_unnumbered",
+            ),
+            # The active-learning pipeline must never run two rounds at once;
+            # they would select from the same pool and double-queue solutions.
+            models.UniqueConstraint(
+                fields=["phase"],
+                condition=Q(status__in=RUNNING_GENERATION_STATUSES),
+                name="generation_at_most_one_running",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return "phase 1" if self.number is None else f"generation {self.number}"
+
+
+class LabelerStatus(models.TextChoices):
+    SCREENING = "screening", "in screening"
+    ACTIVE = "active", "active"
+    FAILED_SCREENING = "failed_screening", "did not pass screening"
+    SUSPENDED = "suspended", "suspended"
+
+
+class Labeler(models.Model):
+    # Null for labelers known only from an imported dataset.
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="labeler"
+    )
+    # Exported as ``labeler``: stable and anonymous, never a username.
+    uuid = models.UUIDField(unique=True, default=uuid.uuid4, editable=False)
+    status = models.CharField(max_length=20, choices=LabelerStatus.choices, default=LabelerStatus.SCREENING)
+    status_reason = models.TextField(blank=True, default="")
+    status_changed_at = models.DateTimeField(null=True, blank=True)
+    # One switch that drops this person's labels from exports and training.
+    exclude_labels = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return str(self.uuid)
+
+
+class TaskKind(models.TextChoices):
+    NORMAL = "normal", "normal"
+    QUALITY_CONTROL = "quality_control", "quality control"
+    SCREENING = "screening", "screening"
+
+
+class TaskStatus(models.TextChoices):
+    OPEN = "open", "open"
+    DONE = "done", "done"
+    RETIRED = "retired", "retired"
+
+
+class Task(models.Model):
+    """A solution (or, in phase 1, a problem) served to labelers in a generation."""
+
+    generation = models.ForeignKey(Generation, on_delete=models.PROTECT, related_name="tasks")
+    # Phase-1 tasks point at their problem's placeholder solution (steps null).
+    solution = models.ForeignKey(Solution, on_delete=models.CASCADE, related_name="tasks")
+    kind = models.CharField(max_length=20, choices=TaskKind.choices, default=TaskKind.NORMAL)
+    # Exported as is_quality_control_question. Follows kind, except that a
+    # screening item may also be a gold QC item in imported data.
+    is_quality_control = models.BooleanField(default=False)
+    # Distinguishes repeated serving of the same solution in one generation
+    # (the release has a few); always 0 for tasks we create.
+    serial = models.PositiveIntegerField(default=0)
+    # Queue order: higher first. Set to the selecting PRM's convincingness.
+    priority = models.FloatField(default=0.0)
+    # Exported as pre_generated_verifier_score.
+    verifier_score = models.FloatField(null=True, blank=True)
+    labelers_needed = models.PositiveSmallIntegerField(default=1)
+    # Phase-1 records of the release may omit pre_generated_* keys rather than
+    # set them to null; the names omitted are kept (comma-separated) so that an
+    # exported record has the same keys as the imported one.
+    absent_question_keys = models.CharField(max_length=200, blank=True, default="")
+    status = models.CharField(max_length=10, choices=TaskStatus.choices, default=TaskStatus.OPEN)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["generation", "solution", "kind", "serial"], name="task_unique_per_generation"
+            ),
+            models.CheckConstraint(condition=Q(labelers_needed__gte=1), name="task_needs_a_labeler"),
+            models.CheckConstraint(
+                condition=~Q(kind=TaskKind.QUALITY_CONTROL) | Q(is_quality_control=True),
+                name="task_qc_kind_is_flagged",
+            ),
+            models.CheckConstraint(
+                condition=~Q(kind=TaskKind.NORMAL) | Q(is_quality_control=False),
+                name="task_normal_kind_is_not_qc",
+            ),
+        ]
+        indexes = [
+            # "next task": open tasks of a generation, best first.
+            models.Index(fields=["generation", "status", "-priority", "id"], name="task_queue_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"task {self.pk}"
+
+
+class FinishReason(models.TextChoices):
+    FOUND_ERROR = "found_error", "found an error"
+    SOLUTION = "solution", "reached the solution"
+    BAD_PROBLEM = "bad_problem", "bad problem"
+    GIVE_UP = "give_up", "gave up"
+
+
+class AssignmentStatus(models.TextChoices):
+    IN_PROGRESS = "in_progress", "in progress"
+    SUBMITTED = "submitted", "submitted"
+    EXPIRED = "expired", "expired"
+
+
+class Assignment(models.Model):
+    """One labeler's work on one task: exported as one PRM800K record."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="assignments")
+    labeler = models.ForeignKey(Labeler, on_delete=models.PROTECT, related_name="assignments")
+    status = models.CharField(
+        max_length=20, choices=AssignmentStatus.choices, default=AssignmentStatus.IN_PROGRESS
+    )
+    started_at = models.DateTimeField(null=True, blank=True)
+    last_activity_at = models.DateTimeField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # Exported as ``timestamp``.
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    # Exported as ``total_time`` (ms), measured on the server.
+    total_time_ms = models.BigIntegerField(null=True, blank=True)
+    finish_reason = models.CharField(max_length=20, choices=FinishReason.choices, null=True, blank=True)
+    finish_reason_text = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["task", "labeler"], name="assignment_one_per_task_and_labeler"),
+            models.CheckConstraint(
+                condition=Q(status=AssignmentStatus.SUBMITTED, finish_reason__isnull=False)
+                | ~Q(status=AssignmentStatus.SUBMITTED),
+                name="assignment_submitted_has_finish_reason",
+            ),
+            models.CheckConstraint(
+                condition=Q(total_time_ms__isnull=True) | Q(total_time_ms__gte=0),
+                name="assignment_total_time_not_negative",
+            ),
+        ]
+        indexes = [
+            # A labeler's current lease and their history.
+            models.Index(fields=["labeler", "status"], name="assignment_labeler_status_idx"),
+            # Expiring leases.
+            models.Index(
+                fields=["lease_expires_at"],
+                condition=Q(status=AssignmentStatus.IN_PROGRESS),
+                name="assignment_live_lease_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"assignment {self.pk}"
+
+
+class LabeledStep(models.Model):
+    """One entry of ``label.steps``: a position in the labeled trajectory."""
+
+    assignment = models.ForeignKey(Assignment, on_delete=models.CASCADE, related_name="labeled_steps")
+    index = models.PositiveIntegerField()
+    # Index into the completions of the step the solution continued with;
+    # null at the step where labeling stopped or when the human step was used.
+    chosen_completion = models.PositiveIntegerField(null=True, blank=True)
+    human_completion = models.TextField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["assignment_id", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["assignment", "index"], name="labeled_step_unique_index"),
+        ]
+
+
+class StepRating(models.Model):
+    """One completion of a labeled step and the rating it received."""
+
+    step = models.ForeignKey(LabeledStep, on_delete=models.CASCADE, related_name="ratings")
+    completion_index = models.PositiveIntegerField()
+    text = models.TextField()
+    rating = models.SmallIntegerField(null=True, blank=True)
+    flagged = models.BooleanField(null=True, blank=True)
+    # Monotonic per row: a request carrying an older version than the stored
+    # one is stale and must not overwrite it.
+    version = models.PositiveIntegerField(default=0)
+    updated_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["step_id", "completion_index"]
+        constraints = [
+            models.UniqueConstraint(fields=["step", "completion_index"], name="step_rating_one_per_completion"),
+            models.CheckConstraint(
+                condition=Q(rating__isnull=True) | Q(rating__in=[-1, 0, 1]),
+                name="step_rating_is_minus_one_zero_or_one",
+            ),
+        ]
+
+
+class GoldStep(models.Model):
+    """Which ratings of one step of a gold solution are acceptable."""
+
+    solution = models.ForeignKey(Solution, on_delete=models.CASCADE, related_name="gold_steps")
+    step_index = models.PositiveIntegerField()
+    negative_ok = models.BooleanField(default=False)
+    neutral_ok = models.BooleanField(default=True)
+    positive_ok = models.BooleanField(default=True)
+    note = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["solution_id", "step_index"]
+        constraints = [
+            models.UniqueConstraint(fields=["solution", "step_index"], name="gold_step_unique"),
+            models.CheckConstraint(
+                condition=Q(negative_ok=True) | Q(neutral_ok=True) | Q(positive_ok=True),
+                name="gold_step_allows_some_rating",
+            ),
+        ]

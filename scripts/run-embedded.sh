@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Starts the product on its embedded default: SQLite, a filesystem Celery
+# broker served by a real worker process, demo data, demo logins.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=.venv/bin/python
+HOST=${HOST:-127.0.0.1}
+PORT=${PORT:-8000}
+export DEBUG=${DEBUG:-true}
+
+$PY manage.py migrate --no-input
+$PY manage.py load_demo
+
+$PY -m celery -A annotate worker --loglevel=INFO --queues=cpu,gpu --pool=solo \
+    --logfile=var/celery-worker.log &
+WORKER=$!
+trap 'kill $WORKER 2>/dev/null || true; wait $WORKER 2>/dev/null || true' EXIT INT TERM
+
+echo
+echo "  annotate is running at http://$HOST:$PORT/   (admin: http://$HOST:$PORT/admin/)"
+echo "  Celery worker pid $WORKER (log: var/celery-worker.log); Ctrl-C stops both."
+echo
+$PY manage.py runserver "$HOST:$PORT" --noreload
