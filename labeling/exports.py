@@ -1,0 +1,303 @@
+"""Exporting labeled solutions as PRM800K records.
+
+The export streams: assignments are read in keyset-paginated chunks and their
+steps and ratings fetched per chunk, so memory stays flat however large the
+database is. All reads happen inside one snapshot (REPEATABLE READ on
+PostgreSQL, one read transaction on SQLite's WAL), so ratings written while an
+export runs are either wholly in it or wholly absent. The file is written to a
+temporary name beside the target and renamed at the end: an interrupted export
+never leaves a partial file, and never replaces the previous one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gzip
+import hashlib
+import os
+import sys
+import tempfile
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+from django.db import connection, transaction
+from django.db.models import Q
+
+from labeling.models import (
+    Assignment,
+    AssignmentStatus,
+    LabeledStep,
+    Phase,
+    StepRating,
+    TaskKind,
+)
+from labeling.prm800k import format_timestamp
+
+CHUNK = 1000
+
+
+@dataclass(frozen=True)
+class ExportFilters:
+    phase: int | None = None
+    generations: tuple[int, ...] = ()
+    exclude_quality_control: bool = False
+    exclude_screening: bool = False
+    finished_only: bool = False
+    # Labels of labelers flagged "exclude labels" are left out unless asked.
+    include_excluded_labelers: bool = False
+
+    def as_q(self) -> Q:
+        q = Q(status=AssignmentStatus.SUBMITTED)
+        if self.phase is not None:
+            q &= Q(task__generation__phase=self.phase)
+        if self.generations:
+            q &= Q(task__generation__number__in=self.generations)
+        if self.exclude_quality_control:
+            q &= Q(task__is_quality_control=False)
+        if self.exclude_screening:
+            q &= ~Q(task__kind=TaskKind.SCREENING)
+        if self.finished_only:
+            q &= Q(finish_reason__in=["found_error", "solution"])
+        if not self.include_excluded_labelers:
+            q &= Q(labeler__exclude_labels=False)
+        return q
+
+
+@contextlib.contextmanager
+def read_snapshot() -> Iterator[None]:
+    """Every query inside sees the database as of the first one."""
+    if connection.in_atomic_block:
+        # Already inside a transaction (a caller's, or a test's): its
+        # isolation level applies and can no longer be changed.
+        yield
+        return
+    if connection.vendor == "postgresql":
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield
+        return
+    if connection.vendor == "sqlite":
+        # Django's atomic() would BEGIN IMMEDIATE here (see settings) and hold
+        # the write lock for the whole export; a DEFERRED transaction is a
+        # plain WAL read snapshot that lets labelers keep writing.
+        connection.ensure_connection()
+        with connection.cursor() as cursor:
+            cursor.execute("BEGIN DEFERRED")
+        try:
+            yield
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("COMMIT")
+        return
+    yield
+
+
+_ASSIGNMENT_FIELDS = (
+    "id",
+    "labeler__uuid",
+    "submitted_at",
+    "total_time_ms",
+    "finish_reason",
+    "task__kind",
+    "task__is_quality_control",
+    "task__verifier_score",
+    "task__absent_question_keys",
+    "task__generation__number",
+    "task__solution__steps",
+    "task__solution__final_answer",
+    "task__solution__problem__problem",
+    "task__solution__problem__solution",
+    "task__solution__problem__answer",
+)
+
+
+def iter_prm800k_records(filters: ExportFilters | None = None) -> Iterator[dict[str, Any]]:
+    """Records in assignment order. Call inside ``read_snapshot()`` for a consistent view."""
+    filters = filters or ExportFilters()
+    base = Assignment.objects.filter(filters.as_q()).order_by("id")
+    last_id = 0
+    while True:
+        rows = list(base.filter(id__gt=last_id).values_list(*_ASSIGNMENT_FIELDS)[:CHUNK])
+        if not rows:
+            return
+        last_id = rows[-1][0]
+        steps_by_assignment = _steps_for([row[0] for row in rows])
+        for row in rows:
+            yield _record(row, steps_by_assignment.get(row[0], []))
+
+
+def _steps_for(assignment_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
+    steps: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    step_entries: dict[int, list[dict[str, Any]]] = {}
+    for step_id, assignment_id, chosen, human in (
+        LabeledStep.objects.filter(assignment_id__in=assignment_ids)
+        .order_by("assignment_id", "index")
+        .values_list("id", "assignment_id", "chosen_completion", "human_completion")
+    ):
+        completions: list[dict[str, Any]] = []
+        step_entries[step_id] = completions
+        steps[assignment_id].append(
+            {"completions": completions, "human_completion": human, "chosen_completion": chosen}
+        )
+    for step_id, text, rating, flagged in (
+        StepRating.objects.filter(step__assignment_id__in=assignment_ids)
+        .order_by("step_id", "completion_index")
+        .values_list("step_id", "text", "rating", "flagged")
+    ):
+        step_entries[step_id].append({"text": text, "rating": rating, "flagged": flagged})
+    return steps
+
+
+def _record(row: tuple[Any, ...], steps: list[dict[str, Any]]) -> dict[str, Any]:
+    (
+        _id,
+        labeler_uuid,
+        submitted_at,
+        total_time_ms,
+        finish_reason,
+        kind,
+        is_qc,
+        verifier_score,
+        absent_keys,
+        generation_number,
+        solution_steps,
+        final_answer,
+        problem_text,
+        reference_solution,
+        reference_answer,
+    ) = row
+    question: dict[str, Any] = {
+        "problem": problem_text,
+        "ground_truth_solution": reference_solution,
+        "ground_truth_answer": reference_answer,
+        "pre_generated_steps": solution_steps,
+        "pre_generated_answer": final_answer,
+        "pre_generated_verifier_score": verifier_score,
+    }
+    if absent_keys:
+        for key in absent_keys.split(","):
+            question.pop(key, None)
+    return {
+        "labeler": str(labeler_uuid),
+        "timestamp": format_timestamp(submitted_at) if submitted_at is not None else None,
+        "generation": generation_number,
+        "is_quality_control_question": is_qc,
+        "is_initial_screening_question": kind == TaskKind.SCREENING,
+        "question": question,
+        "label": {"steps": steps, "total_time": total_time_ms, "finish_reason": finish_reason},
+    }
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    path: Path | None
+    records: int
+    sha256: str
+    bytes_written: int
+
+
+class _HashingWriter:
+    """Counts and hashes what reaches the file, compressed or not."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw = raw
+        self.sha = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.sha.update(data)
+        self.size += len(data)
+        return self.raw.write(data)
+
+    def flush(self) -> None:
+        self.raw.flush()
+
+
+def prm800k_export(
+    *,
+    output: str,
+    filters: ExportFilters | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> ExportResult:
+    """Write records to ``output`` (a path; ``-`` is stdout; ``.gz`` compresses).
+
+    A file target gets a manifest beside it (``<output>.manifest.json``) with
+    the record count and the sha256 of the file's bytes.
+    """
+    if output == "-":
+        count = 0
+        sink = sys.stdout.buffer
+        with read_snapshot():
+            for record in iter_prm800k_records(filters):
+                sink.write(orjson.dumps(record) + b"\n")
+                count += 1
+                if progress is not None:
+                    progress(1)
+        sink.flush()
+        return ExportResult(path=None, records=count, sha256="", bytes_written=0)
+
+    filters = filters or ExportFilters()
+    target = Path(output).resolve()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
+    tmp = Path(tmp_name)
+    try:
+        count = 0
+        with os.fdopen(fd, "wb") as raw:
+            hashing = _HashingWriter(raw)
+            stream: Any = gzip.GzipFile(fileobj=hashing, mode="wb", mtime=0) if target.suffix == ".gz" else hashing
+            buffer: list[bytes] = []
+            with read_snapshot():
+                for record in iter_prm800k_records(filters):
+                    buffer.append(orjson.dumps(record))
+                    count += 1
+                    if len(buffer) >= CHUNK:
+                        stream.write(b"\n".join(buffer) + b"\n")
+                        buffer.clear()
+                    if progress is not None:
+                        progress(1)
+            if buffer:
+                stream.write(b"\n".join(buffer) + b"\n")
+            if stream is not hashing:
+                stream.close()
+            raw.flush()
+            os.fsync(raw.fileno())
+        digest = hashing.sha.hexdigest()
+        manifest = {
+            "format": "prm800k",
+            "file": target.name,
+            "records": count,
+            "sha256": digest,
+            "bytes": hashing.size,
+            "filters": dataclasses.asdict(filters),
+        }
+        os.replace(tmp, target)
+        _write_atomically(
+            target.with_name(target.name + ".manifest.json"), orjson.dumps(manifest, option=orjson.OPT_INDENT_2)
+        )
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return ExportResult(path=target, records=count, sha256=digest, bytes_written=hashing.size)
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+__all__ = ["ExportFilters", "ExportResult", "Phase", "iter_prm800k_records", "prm800k_export", "read_snapshot"]

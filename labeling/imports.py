@@ -1,0 +1,643 @@
+"""Importing problems, solution pools and PRM800K records.
+
+Every import is all-or-nothing: files are validated completely before the
+first write, and the writes run in one transaction, so a bad line anywhere
+leaves the database as it was. Errors name the file, the line and the field.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, timedelta
+from pathlib import Path
+from typing import Any
+
+from django.db import transaction
+
+from labeling.models import (
+    Assignment,
+    AssignmentStatus,
+    Generation,
+    GenerationStatus,
+    LabeledStep,
+    Labeler,
+    LabelerStatus,
+    Phase,
+    Problem,
+    Solution,
+    Split,
+    StepAlternative,
+    StepRating,
+    Task,
+    TaskKind,
+    TaskStatus,
+    steps_sha256,
+    text_sha256,
+)
+from labeling.prm800k import Record, RecordError, iter_json_objects, iter_records
+
+Progress = Callable[[int], None]
+
+WRITE_BATCH = 2000
+
+
+@dataclass
+class ImportResult:
+    read: int = 0
+    created: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    skipped: int = 0
+    dry_run: bool = False
+
+    def summary(self) -> str:
+        made = ", ".join(f"{count} {name}" for name, count in sorted(self.created.items()) if count) or "nothing"
+        verb = "would create" if self.dry_run else "created"
+        skipped = f"; {self.skipped} already present" if self.skipped else ""
+        return f"read {self.read} record(s); {verb} {made}{skipped}"
+
+
+class _DryRunRollback(Exception):
+    pass
+
+
+def _tick(progress: Progress | None) -> None:
+    if progress is not None:
+        progress(1)
+
+
+# --- MATH-style problems ---------------------------------------------------
+
+_LEVEL = re.compile(r"^(?:Level\s*)?(\d+)$")
+
+
+@dataclass(frozen=True)
+class ProblemRow:
+    unique_id: str
+    problem: str
+    solution: str | None
+    answer: str | None
+    subject: str
+    level: int | None
+    split: str
+
+
+def _require_str(obj: dict[str, Any], key: str, source: str, line: int, *, nullable: bool = False) -> str | None:
+    if key not in obj:
+        if nullable:
+            return None
+        raise RecordError(source=source, line=line, field=key, message="missing")
+    value = obj[key]
+    if value is None and nullable:
+        return None
+    if not isinstance(value, str):
+        raise RecordError(source=source, line=line, field=key, message="must be a string")
+    if "\x00" in value:
+        raise RecordError(source=source, line=line, field=key, message="contains a NUL character")
+    return value
+
+
+def _object(value: Any, source: str, line: int) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise RecordError(source=source, line=line, field="", message="each line must be a JSON object")
+    return value
+
+
+def parse_problem(obj: Any, *, source: str, line: int) -> ProblemRow:
+    row = _object(obj, source, line)
+    unique_id = _require_str(row, "unique_id", source, line) or ""
+    if not unique_id.strip():
+        raise RecordError(source=source, line=line, field="unique_id", message="must not be empty")
+    if len(unique_id) > 255:
+        raise RecordError(source=source, line=line, field="unique_id", message="longer than 255 characters")
+    problem = _require_str(row, "problem", source, line) or ""
+    if not problem.strip():
+        raise RecordError(source=source, line=line, field="problem", message="must not be empty")
+    raw_level = row.get("level")
+    level: int | None = None
+    if raw_level is not None:
+        if isinstance(raw_level, int) and not isinstance(raw_level, bool):
+            level = raw_level
+        elif isinstance(raw_level, str) and (match := _LEVEL.match(raw_level.strip())):
+            level = int(match.group(1))
+        elif raw_level != "Level ?":
+            raise RecordError(
+                source=source, line=line, field="level", message=f"must be an integer or 'Level N', got {raw_level!r}"
+            )
+    split = _require_str(row, "split", source, line, nullable=True)
+    if split is None:
+        split = unique_id.split("/", 1)[0] if unique_id.split("/", 1)[0] in Split.values else ""
+    if split not in Split.values:
+        raise RecordError(
+            source=source, line=line, field="split", message=f"must be train, test or empty, got {split!r}"
+        )
+    return ProblemRow(
+        unique_id=unique_id,
+        problem=problem,
+        solution=_require_str(row, "solution", source, line, nullable=True),
+        answer=_require_str(row, "answer", source, line, nullable=True),
+        subject=_require_str(row, "subject", source, line, nullable=True) or "",
+        level=level,
+        split=split,
+    )
+
+
+def _iter_parsed(path: Path, parse: Callable[..., Any]) -> Iterator[Any]:
+    for line, obj in iter_json_objects(path):
+        yield parse(obj, source=str(path), line=line)
+
+
+def problems_import(*, paths: Iterable[Path], dry_run: bool = False, progress: Progress | None = None) -> ImportResult:
+    result = ImportResult(dry_run=dry_run)
+    seen: dict[str, tuple[str, int]] = {}
+    # Pass 1: validate everything before writing anything.
+    for path in paths:
+        for line, obj in iter_json_objects(path):
+            row = parse_problem(obj, source=str(path), line=line)
+            if row.unique_id in seen:
+                first = seen[row.unique_id]
+                raise RecordError(
+                    source=str(path),
+                    line=line,
+                    field="unique_id",
+                    message=f"duplicate {row.unique_id!r} (first seen at {first[0]}:{first[1]})",
+                )
+            seen[row.unique_id] = (str(path), line)
+    try:
+        with transaction.atomic():
+            batch: list[ProblemRow] = []
+            for path in paths:
+                for row in _iter_parsed(path, parse_problem):
+                    result.read += 1
+                    batch.append(row)
+                    _tick(progress)
+                    if len(batch) >= WRITE_BATCH:
+                        _write_problems(batch, result)
+                        batch = []
+            _write_problems(batch, result)
+            if dry_run:
+                raise _DryRunRollback
+    except _DryRunRollback:
+        pass
+    return result
+
+
+def _write_problems(rows: list[ProblemRow], result: ImportResult) -> None:
+    if not rows:
+        return
+    existing = set(
+        Problem.objects.filter(unique_id__in=[r.unique_id for r in rows]).values_list("unique_id", flat=True)
+    )
+    new = [
+        Problem(
+            unique_id=r.unique_id,
+            problem=r.problem,
+            problem_sha256=text_sha256(r.problem),
+            solution=r.solution,
+            answer=r.answer,
+            subject=r.subject,
+            level=r.level,
+            split=r.split,
+        )
+        for r in rows
+        if r.unique_id not in existing
+    ]
+    Problem.objects.bulk_create(new)
+    result.created["problems"] += len(new)
+    result.skipped += len(rows) - len(new)
+
+
+# --- Solution pools --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SolutionRow:
+    problem_id: str
+    steps: tuple[str, ...]
+    answer: str | None
+    model: str
+    alternatives: tuple[tuple[int, str], ...]
+
+
+def split_steps(text: str) -> tuple[str, ...]:
+    """One step per non-empty line, as the generator wrote them."""
+    return tuple(line for line in (raw.strip() for raw in text.split("\n")) if line)
+
+
+def parse_solution(obj: Any, *, source: str, line: int) -> SolutionRow:
+    row = _object(obj, source, line)
+    problem_id = _require_str(row, "problem_id", source, line) or ""
+    raw_steps = row.get("steps")
+    if isinstance(raw_steps, str):
+        steps = split_steps(raw_steps)
+    elif isinstance(raw_steps, list):
+        for i, step in enumerate(raw_steps):
+            if not isinstance(step, str) or not step.strip():
+                raise RecordError(source=source, line=line, field=f"steps[{i}]", message="must be a non-empty string")
+        steps = tuple(raw_steps)
+    elif "steps" not in row:
+        raise RecordError(source=source, line=line, field="steps", message="missing")
+    else:
+        raise RecordError(
+            source=source, line=line, field="steps", message="must be a list of strings or newline-separated text"
+        )
+    if not steps:
+        raise RecordError(source=source, line=line, field="steps", message="has no steps")
+    alternatives: list[tuple[int, str]] = []
+    raw_alts = row.get("alternatives", [])
+    if not isinstance(raw_alts, list):
+        raise RecordError(source=source, line=line, field="alternatives", message="must be a list")
+    for i, alt in enumerate(raw_alts):
+        where = f"alternatives[{i}]"
+        if not isinstance(alt, dict):
+            raise RecordError(source=source, line=line, field=where, message='must be {"step": int, "text": str}')
+        step_index = alt.get("step")
+        if not isinstance(step_index, int) or isinstance(step_index, bool) or not 0 <= step_index < len(steps):
+            raise RecordError(
+                source=source, line=line, field=f"{where}.step", message=f"must be a step index in 0..{len(steps) - 1}"
+            )
+        text = alt.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise RecordError(source=source, line=line, field=f"{where}.text", message="must be a non-empty string")
+        alternatives.append((step_index, text))
+    return SolutionRow(
+        problem_id=problem_id,
+        steps=steps,
+        answer=_require_str(row, "answer", source, line, nullable=True),
+        model=_require_str(row, "model", source, line, nullable=True) or "",
+        alternatives=tuple(alternatives),
+    )
+
+
+def solutions_import(*, paths: Iterable[Path], dry_run: bool = False, progress: Progress | None = None) -> ImportResult:
+    result = ImportResult(dry_run=dry_run)
+    paths = list(paths)
+    wanted: set[str] = set()
+    locations: dict[str, tuple[str, int]] = {}
+    for path in paths:
+        for line, obj in iter_json_objects(path):
+            row = parse_solution(obj, source=str(path), line=line)
+            wanted.add(row.problem_id)
+            locations.setdefault(row.problem_id, (str(path), line))
+    problem_ids = dict(Problem.objects.filter(unique_id__in=wanted).values_list("unique_id", "id"))
+    missing = sorted(wanted - problem_ids.keys())
+    if missing:
+        source, line = locations[missing[0]]
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise RecordError(
+            source=source,
+            line=line,
+            field="problem_id",
+            message=f"unknown problem {missing[0]!r}{more}; import the problems first",
+        )
+    try:
+        with transaction.atomic():
+            batch: list[SolutionRow] = []
+            for path in paths:
+                for row in _iter_parsed(path, parse_solution):
+                    result.read += 1
+                    batch.append(row)
+                    _tick(progress)
+                    if len(batch) >= WRITE_BATCH:
+                        _write_solutions(batch, problem_ids, result)
+                        batch = []
+            _write_solutions(batch, problem_ids, result)
+            if dry_run:
+                raise _DryRunRollback
+    except _DryRunRollback:
+        pass
+    return result
+
+
+def _write_solutions(rows: list[SolutionRow], problem_ids: dict[str, int], result: ImportResult) -> None:
+    if not rows:
+        return
+    keyed = {(problem_ids[r.problem_id], steps_sha256(list(r.steps)), r.model): r for r in rows}
+    existing = set(
+        Solution.objects.filter(
+            problem_id__in={k[0] for k in keyed}, steps_sha256__in={k[1] for k in keyed}
+        ).values_list("problem_id", "steps_sha256", "source_model")
+    )
+    new_keys = [k for k in keyed if k not in existing]
+    created = Solution.objects.bulk_create(
+        [
+            Solution(
+                problem_id=k[0],
+                steps=list(keyed[k].steps),
+                steps_sha256=k[1],
+                final_answer=keyed[k].answer,
+                source_model=k[2],
+            )
+            for k in new_keys
+        ]
+    )
+    alternatives = [
+        StepAlternative(solution=solution, step_index=step_index, ordinal=ordinal, text=text, source_model=key[2])
+        for key, solution in zip(new_keys, created, strict=True)
+        for ordinal, (step_index, text) in enumerate(keyed[key].alternatives, 1)
+    ]
+    # Ordinals count per step, not per solution.
+    per_step: dict[tuple[int, int], int] = defaultdict(int)
+    for alt in alternatives:
+        per_step[(alt.solution.pk, alt.step_index)] += 1
+        alt.ordinal = per_step[(alt.solution.pk, alt.step_index)]
+    StepAlternative.objects.bulk_create(alternatives)
+    result.created["solutions"] += len(created)
+    result.created["alternatives"] += len(alternatives)
+    result.skipped += len(rows) - len(created)
+
+
+# --- PRM800K records -------------------------------------------------------
+
+
+def prm800k_problem_id(record: Record) -> str:
+    """A deterministic id for a problem known only from the release.
+
+    The release carries no problem id; the reference fields are part of the
+    key so two records only share a Problem when their whole question agrees.
+    """
+    # "\x01" stands for null, which must not collide with "".
+    parts = [record.problem, record.ground_truth_solution, record.ground_truth_answer]
+    key = "\x00".join("\x01" if part is None else part for part in parts)
+    return f"prm800k/{text_sha256(key)[:32]}"
+
+
+class _Prm800kWriter:
+    """Writes validated records in batches, caching look-ups across batches."""
+
+    def __init__(self, result: ImportResult) -> None:
+        self.result = result
+        self.problems: dict[tuple[str, str | None, str | None], int] = {}
+        self.solutions: dict[tuple[int, str], tuple[int, str | None]] = {}
+        self.generations: dict[int | None, int] = {}
+        self.labelers: dict[uuid.UUID, int] = {}
+        # (generation, solution, kind) -> tasks: (id, serial, is_qc, score, absent, labelers)
+        self.tasks: dict[tuple[int, int, str], list[dict[str, Any]]] = {}
+        self.alternatives: dict[tuple[int, int], list[str]] = {}
+
+    def write(self, batch: list[tuple[str, int, Record]]) -> None:
+        if not batch:
+            return
+        records = [r for _, _, r in batch]
+        self._ensure_problems(records)
+        self._ensure_generations(records)
+        self._ensure_labelers(records)
+        located = [(source, line, r, self._solution_id(source, line, r)) for source, line, r in batch]
+        assignments: list[Assignment] = []
+        payloads: list[Record] = []
+        for source, line, record, solution_id in located:
+            task_id = self._task_for(source, line, record, solution_id)
+            if task_id is None:
+                self.result.skipped += 1
+                continue
+            started = None
+            submitted = record.timestamp.replace(tzinfo=UTC) if record.timestamp is not None else None
+            if submitted is not None and record.total_time is not None:
+                started = submitted - timedelta(milliseconds=record.total_time)
+            assignments.append(
+                Assignment(
+                    task_id=task_id,
+                    labeler_id=self.labelers[record.labeler],
+                    status=AssignmentStatus.SUBMITTED,
+                    started_at=started,
+                    last_activity_at=submitted,
+                    submitted_at=submitted,
+                    total_time_ms=record.total_time,
+                    finish_reason=record.finish_reason,
+                )
+            )
+            payloads.append(record)
+            self._remember_alternatives(solution_id, record)
+        Assignment.objects.bulk_create(assignments)
+        self.result.created["assignments"] += len(assignments)
+        steps = [
+            LabeledStep(
+                assignment_id=assignment.pk,
+                index=i,
+                chosen_completion=step.chosen_completion,
+                human_completion=step.human_completion,
+            )
+            for assignment, record in zip(assignments, payloads, strict=True)
+            for i, step in enumerate(record.steps)
+        ]
+        LabeledStep.objects.bulk_create(steps)
+        self.result.created["labeled steps"] += len(steps)
+        source_steps = (step for record in payloads for step in record.steps)
+        ratings = [
+            StepRating(
+                step_id=labeled.pk,
+                completion_index=j,
+                text=completion.text,
+                rating=completion.rating,
+                flagged=completion.flagged,
+            )
+            for labeled, step in zip(steps, source_steps, strict=True)
+            for j, completion in enumerate(step.completions)
+        ]
+        StepRating.objects.bulk_create(ratings)
+        self.result.created["step ratings"] += len(ratings)
+
+    def _ensure_problems(self, records: list[Record]) -> None:
+        missing = {
+            (r.problem, r.ground_truth_solution, r.ground_truth_answer): r
+            for r in records
+            if (r.problem, r.ground_truth_solution, r.ground_truth_answer) not in self.problems
+        }
+        if not missing:
+            return
+        # A MATH problem imported earlier is reused when the whole question matches.
+        for pk, text, solution, answer in Problem.objects.filter(
+            problem_sha256__in={text_sha256(key[0]) for key in missing}
+        ).values_list("id", "problem", "solution", "answer"):
+            self.problems.setdefault((text, solution, answer), pk)
+        new = {key: r for key, r in missing.items() if key not in self.problems}
+        by_uid = {prm800k_problem_id(r): key for key, r in new.items()}
+        for uid, pk in Problem.objects.filter(unique_id__in=by_uid).values_list("unique_id", "id"):
+            self.problems[by_uid[uid]] = pk
+        to_create = [
+            Problem(
+                unique_id=uid,
+                problem=key[0],
+                problem_sha256=text_sha256(key[0]),
+                solution=key[1],
+                answer=key[2],
+            )
+            for uid, key in by_uid.items()
+            if key not in self.problems
+        ]
+        for problem in Problem.objects.bulk_create(to_create):
+            self.problems[(problem.problem, problem.solution, problem.answer)] = problem.pk
+        self.result.created["problems"] += len(to_create)
+
+    def _ensure_generations(self, records: list[Record]) -> None:
+        for number in {r.generation for r in records} - self.generations.keys():
+            generation = Generation.objects.filter(number=number).first() if number is not None else None
+            if number is None:
+                generation = Generation.objects.filter(number__isnull=True, phase=Phase.ONE).first()
+            if generation is None:
+                generation = Generation.objects.create(
+                    number=number,
+                    phase=Phase.ONE if number is None else Phase.TWO,
+                    # Imported rounds are history: nothing in them is served.
+                    status=GenerationStatus.CLOSED,
+                )
+                self.result.created["generations"] += 1
+            self.generations[number] = generation.pk
+
+    def _ensure_labelers(self, records: list[Record]) -> None:
+        wanted = {r.labeler for r in records} - self.labelers.keys()
+        if not wanted:
+            return
+        for pk, labeler_uuid in Labeler.objects.filter(uuid__in=wanted).values_list("id", "uuid"):
+            self.labelers[labeler_uuid] = pk
+        new = [Labeler(uuid=u, status=LabelerStatus.ACTIVE) for u in wanted - self.labelers.keys()]
+        for labeler in Labeler.objects.bulk_create(new):
+            self.labelers[labeler.uuid] = labeler.pk
+        self.result.created["labelers"] += len(new)
+
+    def _solution_id(self, source: str, line: int, record: Record) -> int:
+        problem_id = self.problems[(record.problem, record.ground_truth_solution, record.ground_truth_answer)]
+        steps = list(record.pre_generated_steps) if record.pre_generated_steps is not None else None
+        digest = steps_sha256(steps)
+        key = (problem_id, digest)
+        if key not in self.solutions:
+            found = Solution.objects.filter(problem_id=problem_id, steps_sha256=digest, source_model="").first()
+            if found is None:
+                found = Solution.objects.create(
+                    problem_id=problem_id, steps=steps, steps_sha256=digest, final_answer=record.pre_generated_answer
+                )
+                self.result.created["solutions"] += 1
+            self.solutions[key] = (found.pk, found.final_answer)
+        solution_id, final_answer = self.solutions[key]
+        if final_answer != record.pre_generated_answer:
+            raise RecordError(
+                source=source,
+                line=line,
+                field="question.pre_generated_answer",
+                message=f"{record.pre_generated_answer!r} differs from {final_answer!r} stored for the same steps",
+            )
+        return solution_id
+
+    def _task_for(self, source: str, line: int, record: Record, solution_id: int) -> int | None:
+        """The task this record's assignment belongs to (None: already imported)."""
+        if record.is_initial_screening_question:
+            kind = TaskKind.SCREENING
+        elif record.is_quality_control_question:
+            kind = TaskKind.QUALITY_CONTROL
+        else:
+            kind = TaskKind.NORMAL
+        generation_id = self.generations[record.generation]
+        key = (generation_id, solution_id, str(kind))
+        if key not in self.tasks:
+            self.tasks[key] = [
+                {
+                    "id": task.pk,
+                    "serial": task.serial,
+                    "is_qc": task.is_quality_control,
+                    "score": task.verifier_score,
+                    "absent": task.absent_question_keys,
+                    "labelers": {
+                        (labeler, submitted)
+                        for labeler, submitted in task.assignments.values_list("labeler_id", "submitted_at")
+                    },
+                }
+                for task in Task.objects.filter(generation_id=generation_id, solution_id=solution_id, kind=kind)
+            ]
+        labeler_id = self.labelers[record.labeler]
+        submitted = record.timestamp.replace(tzinfo=UTC) if record.timestamp is not None else None
+        absent = ",".join(record.absent_question_keys)
+        candidates = self.tasks[key]
+        # The same labeler submitting the same task at the same instant is the
+        # same record imported again. Without a timestamp there is no telling.
+        if submitted is not None:
+            for task in candidates:
+                if (labeler_id, submitted) in task["labelers"]:
+                    return None
+        for task in candidates:
+            taken_by = {labeler for labeler, _ in task["labelers"]}
+            if (
+                labeler_id not in taken_by
+                and task["is_qc"] == record.is_quality_control_question
+                and task["score"] == record.pre_generated_verifier_score
+                and task["absent"] == absent
+            ):
+                task["labelers"].add((labeler_id, submitted))
+                return int(task["id"])
+        created = Task.objects.create(
+            generation_id=generation_id,
+            solution_id=solution_id,
+            kind=kind,
+            is_quality_control=record.is_quality_control_question,
+            serial=max((t["serial"] for t in candidates), default=-1) + 1,
+            verifier_score=record.pre_generated_verifier_score,
+            priority=record.pre_generated_verifier_score or 0.0,
+            absent_question_keys=absent,
+            status=TaskStatus.DONE,
+        )
+        self.result.created["tasks"] += 1
+        candidates.append(
+            {
+                "id": created.pk,
+                "serial": created.serial,
+                "is_qc": created.is_quality_control,
+                "score": created.verifier_score,
+                "absent": absent,
+                "labelers": {(labeler_id, submitted)},
+            }
+        )
+        return created.pk
+
+    def _remember_alternatives(self, solution_id: int, record: Record) -> None:
+        """Alternatives rated at a step become the solution's stored alternatives."""
+        if record.pre_generated_steps is None:
+            return
+        for index, step in enumerate(record.steps):
+            if len(step.completions) < 2:
+                continue
+            key = (solution_id, index)
+            if key not in self.alternatives:
+                self.alternatives[key] = list(
+                    StepAlternative.objects.filter(solution_id=solution_id, step_index=index).values_list(
+                        "text", flat=True
+                    )
+                )
+            known = self.alternatives[key]
+            new = [c.text for c in step.completions[1:] if c.text not in known]
+            StepAlternative.objects.bulk_create(
+                [
+                    StepAlternative(solution_id=solution_id, step_index=index, ordinal=len(known) + i, text=text)
+                    for i, text in enumerate(new, 1)
+                ]
+            )
+            known.extend(new)
+            self.result.created["alternatives"] += len(new)
+
+
+def prm800k_import(*, paths: Iterable[Path], dry_run: bool = False, progress: Progress | None = None) -> ImportResult:
+    paths = list(paths)
+    result = ImportResult(dry_run=dry_run)
+    # Pass 1 validates every record without keeping them, so memory stays
+    # flat at release scale and nothing is written if any line is bad.
+    for path in paths:
+        for _ in iter_records(path):
+            pass
+    try:
+        with transaction.atomic():
+            writer = _Prm800kWriter(result)
+            batch: list[tuple[str, int, Record]] = []
+            for path in paths:
+                for line, record in iter_records(path):
+                    result.read += 1
+                    batch.append((str(path), line, record))
+                    _tick(progress)
+                    if len(batch) >= WRITE_BATCH:
+                        writer.write(batch)
+                        batch = []
+            writer.write(batch)
+            if dry_run:
+                raise _DryRunRollback
+    except _DryRunRollback:
+        pass
+    return result
