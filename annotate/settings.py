@@ -77,7 +77,8 @@ VAR_DIR = envpath("ANNOTATE_VAR_DIR", BASE_DIR / "var")
 
 DEBUG = envbool("DEBUG", False)
 _DEV_SECRET = "insecure-dev-key-only-for-the-embedded-default-never-in-production"
-SECRET_KEY = envstr("SECRET_KEY", _DEV_SECRET if DEBUG or not os.environ.get("DATABASE_URL") else "")
+_PRODUCTION_DB = os.environ.get("DATABASE_URL", "").startswith(("postgres", "postgresql"))
+SECRET_KEY = envstr("SECRET_KEY", _DEV_SECRET if DEBUG or not _PRODUCTION_DB else "")
 if not SECRET_KEY:
     raise ImproperlyConfigured("SECRET_KEY must be set when DATABASE_URL points at a production database")
 ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
@@ -131,32 +132,38 @@ TEMPLATES: list[dict[str, Any]] = [
 ]
 
 
+def _sqlite_config(name: Path | str) -> dict[str, Any]:
+    return {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": name,
+        # The web server and the Celery worker share this file: WAL lets
+        # readers proceed during a write, IMMEDIATE takes the write lock at
+        # BEGIN so two writers queue on busy_timeout instead of failing with
+        # "database is locked" on lock upgrade.
+        "OPTIONS": {
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 20,
+        },
+        # A file, not memory: tests start real worker processes on it.
+        "TEST": {"NAME": VAR_DIR / "test.sqlite3"},
+    }
+
+
 def _database_config() -> dict[str, Any]:
     url = os.environ.get("DATABASE_URL", "")
     if not url:
         VAR_DIR.mkdir(parents=True, exist_ok=True)
-        return {
-            "ENGINE": "django.db.backends.sqlite3",
-            "NAME": VAR_DIR / "annotate.sqlite3",
-            # The web server and the Celery worker share this file: WAL lets
-            # readers proceed during a write, IMMEDIATE takes the write lock at
-            # BEGIN so two writers queue on busy_timeout instead of failing
-            # with "database is locked" on lock upgrade.
-            "OPTIONS": {
-                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-                "transaction_mode": "IMMEDIATE",
-                "timeout": 20,
-            },
-            "TEST": {"NAME": VAR_DIR / "test.sqlite3"},
-        }
+        return _sqlite_config(VAR_DIR / "annotate.sqlite3")
+    if url.startswith("sqlite:"):
+        return _sqlite_config(dj_database_url.parse(url)["NAME"])
     try:
         config = dict(dj_database_url.parse(url, conn_max_age=envint("DATABASE_CONN_MAX_AGE", 60, minimum=0)))
     except ValueError as exc:
         raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from None
-    if config["ENGINE"] not in {"django.db.backends.postgresql", "django.db.backends.sqlite3"}:
+    if config["ENGINE"] != "django.db.backends.postgresql":
         raise ImproperlyConfigured(f"DATABASE_URL must be postgres:// or sqlite://, got engine {config['ENGINE']}")
-    if config["ENGINE"] == "django.db.backends.postgresql":
-        config["CONN_HEALTH_CHECKS"] = True
+    config["CONN_HEALTH_CHECKS"] = True
     return config
 
 
@@ -195,7 +202,7 @@ LOGOUT_REDIRECT_URL = "login"
 
 # Security headers: always on; the cookie/HTTPS ones follow SECURE_COOKIES so a
 # plain-HTTP local run still works.
-SECURE_COOKIES = envbool("SECURE_COOKIES", not DEBUG and bool(os.environ.get("DATABASE_URL")))
+SECURE_COOKIES = envbool("SECURE_COOKIES", not DEBUG and _PRODUCTION_DB)
 SESSION_COOKIE_SECURE = SECURE_COOKIES
 CSRF_COOKIE_SECURE = SECURE_COOKIES
 SESSION_COOKIE_HTTPONLY = True
@@ -210,7 +217,7 @@ SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if envbool("BEHIND
 
 # --- Celery ---------------------------------------------------------------
 CELERY_BROKER_URL = envstr("CELERY_BROKER_URL", "filesystem://")
-_BROKER_DIR = VAR_DIR / "broker"
+_BROKER_DIR = envpath("CELERY_BROKER_DIR", VAR_DIR / "broker")
 if CELERY_BROKER_URL.startswith("filesystem://"):
     for sub in ("queue", "processed"):
         (_BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,39 @@
+"""The configured broker is served by a real Celery worker process.
+
+On the embedded default that is kombu's filesystem transport (no server);
+in CI it is Redis (.ci/run sets CELERY_BROKER_URL).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from labeling.models import Generation, Labeler, Problem, Solution, Task
+from labeling.tasks import export_prm800k_file
+from tests.conftest import WorkerProcess
+
+
+@pytest.mark.celery_worker
+def test_a_worker_process_runs_an_export_job(celery_worker_process: WorkerProcess, tmp_path: Path) -> None:
+    # Something to export: one submitted assignment.
+    problem = Problem.objects.create(unique_id="p1", problem="What is $1+1$?", answer="2")
+    solution = Solution.objects.create(problem=problem, steps=["$1+1=2$"], steps_sha256="x", final_answer="2")
+    task = Task.objects.create(generation=Generation.objects.create(number=0), solution=solution)
+    labeler = Labeler.objects.create()
+    task.assignments.create(labeler=labeler, status="submitted", finish_reason="solution", total_time_ms=5)
+    output = tmp_path / "export.jsonl"
+
+    export_prm800k_file.apply_async(kwargs={"output": str(output)}, queue=celery_worker_process.queue)
+
+    deadline = time.monotonic() + 60
+    while not output.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert output.exists(), celery_worker_process.output()
+    [record] = [json.loads(line) for line in output.read_text().splitlines()]
+    assert record["labeler"] == str(labeler.uuid)
+    assert record["question"]["pre_generated_steps"] == ["$1+1=2$"]
+    assert "succeeded" in celery_worker_process.output()
