@@ -18,7 +18,6 @@ import hashlib
 import os
 import sys
 import tempfile
-from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +25,7 @@ from typing import IO, Any
 
 import orjson
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from labeling.models import (
     Assignment,
@@ -80,6 +79,8 @@ def read_snapshot() -> Iterator[None]:
         with transaction.atomic():
             with connection.cursor() as cursor:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                # The step stream is sorted by assignment; let the sort stay in memory.
+                cursor.execute("SET LOCAL work_mem = '64MB'")
             yield
         return
     if connection.vendor == "sqlite":
@@ -118,40 +119,63 @@ _ASSIGNMENT_FIELDS = (
 
 
 def iter_prm800k_records(filters: ExportFilters | None = None) -> Iterator[dict[str, Any]]:
-    """Records in assignment order. Call inside ``read_snapshot()`` for a consistent view."""
+    """Records in assignment order. Call inside ``read_snapshot()`` for a consistent view.
+
+    Two ordered streams are merged in Python: the assignments, and their
+    steps left-joined to their ratings, both in assignment order. Each is one
+    query read through a server-side cursor on PostgreSQL, so neither the
+    database nor this process ever holds more than a fetch's worth of rows.
+    """
     filters = filters or ExportFilters()
-    base = Assignment.objects.filter(filters.as_q()).order_by("id")
-    last_id = 0
-    while True:
-        rows = list(base.filter(id__gt=last_id).values_list(*_ASSIGNMENT_FIELDS)[:CHUNK])
-        if not rows:
-            return
-        last_id = rows[-1][0]
-        steps_by_assignment = _steps_for([row[0] for row in rows])
-        for row in rows:
-            yield _record(row, steps_by_assignment.get(row[0], []))
-
-
-def _steps_for(assignment_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
-    steps: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    step_entries: dict[int, list[dict[str, Any]]] = {}
-    for step_id, assignment_id, chosen, human in (
-        LabeledStep.objects.filter(assignment_id__in=assignment_ids)
-        .order_by("assignment_id", "index")
-        .values_list("id", "assignment_id", "chosen_completion", "human_completion")
-    ):
+    selected = Assignment.objects.filter(filters.as_q())
+    assignments = selected.order_by("id").values_list(*_ASSIGNMENT_FIELDS).iterator(chunk_size=CHUNK)
+    steps = _iter_step_rows(selected)
+    pending = next(steps, None)
+    for row in assignments:
+        assignment_id = row[0]
+        entries: list[dict[str, Any]] = []
+        current_index = -1
         completions: list[dict[str, Any]] = []
-        step_entries[step_id] = completions
-        steps[assignment_id].append(
-            {"completions": completions, "human_completion": human, "chosen_completion": chosen}
-        )
-    for step_id, text, rating, flagged in (
-        StepRating.objects.filter(step__assignment_id__in=assignment_ids)
-        .order_by("step_id", "completion_index")
-        .values_list("step_id", "text", "rating", "flagged")
-    ):
-        step_entries[step_id].append({"text": text, "rating": rating, "flagged": flagged})
-    return steps
+        while pending is not None and pending[0] == assignment_id:
+            _, index, chosen, human, text, rating, flagged, has_rating = pending
+            if index != current_index:
+                completions = []
+                entries.append({"completions": completions, "human_completion": human, "chosen_completion": chosen})
+                current_index = index
+            if has_rating:
+                completions.append({"text": text, "rating": rating, "flagged": flagged})
+            pending = next(steps, None)
+        yield _record(row, entries)
+
+
+def _iter_step_rows(selected: QuerySet[Assignment]) -> Iterator[tuple[Any, ...]]:
+    step = LabeledStep._meta.db_table
+    rating = StepRating._meta.db_table
+    ids_sql, params = selected.values("id").query.sql_with_params()
+    # LEFT JOIN: a labeled step with no completions is still a step.
+    sql = (
+        f"SELECT s.assignment_id, s.{_q('index')}, s.chosen_completion, s.human_completion, "
+        f"r.text, r.rating, r.flagged, r.id IS NOT NULL "
+        f"FROM {step} s LEFT JOIN {rating} r ON r.step_id = s.id "
+        f"WHERE s.assignment_id IN ({ids_sql}) "
+        f"ORDER BY s.assignment_id, s.{_q('index')}, r.completion_index"
+    )
+    if connection.vendor == "postgresql" and connection.in_atomic_block:
+        # A named (server-side) cursor streams; a client cursor would fetch
+        # every rating of the export into memory first.
+        with connection.connection.cursor(name="prm800k_export_steps") as cursor:
+            cursor.execute(sql, params)
+            while rows := cursor.fetchmany(CHUNK * 10):
+                yield from rows
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        while rows := cursor.fetchmany(CHUNK * 10):
+            yield from rows
+
+
+def _q(name: str) -> str:
+    return connection.ops.quote_name(name)
 
 
 def _record(row: tuple[Any, ...], steps: list[dict[str, Any]]) -> dict[str, Any]:

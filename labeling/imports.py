@@ -364,8 +364,24 @@ def prm800k_problem_id(record: Record) -> str:
     return f"prm800k/{text_sha256(key)[:32]}"
 
 
+@dataclass
+class _TaskSlot:
+    """A task known to the importer, existing or about to be created."""
+
+    task: Task
+    is_qc: bool
+    score: float | None
+    absent: str
+    labelers: set[int]
+    submissions: set[tuple[int, Any]]
+
+
 class _Prm800kWriter:
-    """Writes validated records in batches, caching look-ups across batches."""
+    """Writes validated records in batches with a handful of queries per batch.
+
+    Look-ups (problems, solutions, generations, labelers, tasks) are cached
+    across batches; everything new in a batch is bulk-created.
+    """
 
     def __init__(self, result: ImportResult) -> None:
         self.result = result
@@ -373,8 +389,7 @@ class _Prm800kWriter:
         self.solutions: dict[tuple[int, str], tuple[int, str | None]] = {}
         self.generations: dict[int | None, int] = {}
         self.labelers: dict[uuid.UUID, int] = {}
-        # (generation, solution, kind) -> tasks: (id, serial, is_qc, score, absent, labelers)
-        self.tasks: dict[tuple[int, int, str], list[dict[str, Any]]] = {}
+        self.tasks: dict[tuple[int, int, str], list[_TaskSlot]] = {}
         self.alternatives: dict[tuple[int, int], list[str]] = {}
 
     def write(self, batch: list[tuple[str, int, Record]]) -> None:
@@ -384,21 +399,29 @@ class _Prm800kWriter:
         self._ensure_problems(records)
         self._ensure_generations(records)
         self._ensure_labelers(records)
-        located = [(source, line, r, self._solution_id(source, line, r)) for source, line, r in batch]
+        solution_ids = self._ensure_solutions(batch)
+        slots = self._slots_for(records, solution_ids)
+
+        # Several records of a batch may share one new task: create it once.
+        new_tasks = list(
+            {id(slot.task): slot.task for slot in slots if slot is not None and slot.task.pk is None}.values()
+        )
+        Task.objects.bulk_create(new_tasks)
+        self.result.created["tasks"] += len(new_tasks)
+
         assignments: list[Assignment] = []
         payloads: list[Record] = []
-        for source, line, record, solution_id in located:
-            task_id = self._task_for(source, line, record, solution_id)
-            if task_id is None:
+        for record, slot in zip(records, slots, strict=True):
+            if slot is None:
                 self.result.skipped += 1
                 continue
             started = None
-            submitted = record.timestamp.replace(tzinfo=UTC) if record.timestamp is not None else None
+            submitted = _aware(record)
             if submitted is not None and record.total_time is not None:
                 started = submitted - timedelta(milliseconds=record.total_time)
             assignments.append(
                 Assignment(
-                    task_id=task_id,
+                    task_id=slot.task.pk,
                     labeler_id=self.labelers[record.labeler],
                     status=AssignmentStatus.SUBMITTED,
                     started_at=started,
@@ -409,7 +432,6 @@ class _Prm800kWriter:
                 )
             )
             payloads.append(record)
-            self._remember_alternatives(solution_id, record)
         Assignment.objects.bulk_create(assignments)
         self.result.created["assignments"] += len(assignments)
         steps = [
@@ -422,7 +444,7 @@ class _Prm800kWriter:
             for assignment, record in zip(assignments, payloads, strict=True)
             for i, step in enumerate(record.steps)
         ]
-        LabeledStep.objects.bulk_create(steps)
+        LabeledStep.objects.bulk_create(steps, batch_size=WRITE_BATCH)
         self.result.created["labeled steps"] += len(steps)
         source_steps = (step for record in payloads for step in record.steps)
         ratings = [
@@ -436,8 +458,21 @@ class _Prm800kWriter:
             for labeled, step in zip(steps, source_steps, strict=True)
             for j, completion in enumerate(step.completions)
         ]
-        StepRating.objects.bulk_create(ratings)
+        StepRating.objects.bulk_create(ratings, batch_size=WRITE_BATCH)
         self.result.created["step ratings"] += len(ratings)
+        self._store_alternatives(
+            [
+                (solution_id, record)
+                for record, slot, solution_id in zip(records, slots, solution_ids, strict=True)
+                if slot is not None
+            ]
+        )
+        # Everything written so far is in the database, which stays the source
+        # of truth: dropping the per-solution caches keeps memory flat at
+        # release scale (the next batch re-reads what it needs).
+        self.solutions.clear()
+        self.tasks.clear()
+        self.alternatives.clear()
 
     def _ensure_problems(self, records: list[Record]) -> None:
         missing = {
@@ -473,9 +508,10 @@ class _Prm800kWriter:
 
     def _ensure_generations(self, records: list[Record]) -> None:
         for number in {r.generation for r in records} - self.generations.keys():
-            generation = Generation.objects.filter(number=number).first() if number is not None else None
             if number is None:
                 generation = Generation.objects.filter(number__isnull=True, phase=Phase.ONE).first()
+            else:
+                generation = Generation.objects.filter(number=number).first()
             if generation is None:
                 generation = Generation.objects.create(
                     number=number,
@@ -497,122 +533,168 @@ class _Prm800kWriter:
             self.labelers[labeler.uuid] = labeler.pk
         self.result.created["labelers"] += len(new)
 
-    def _solution_id(self, source: str, line: int, record: Record) -> int:
-        problem_id = self.problems[(record.problem, record.ground_truth_solution, record.ground_truth_answer)]
-        steps = list(record.pre_generated_steps) if record.pre_generated_steps is not None else None
-        digest = steps_sha256(steps)
-        key = (problem_id, digest)
-        if key not in self.solutions:
-            found = Solution.objects.filter(problem_id=problem_id, steps_sha256=digest, source_model="").first()
-            if found is None:
-                found = Solution.objects.create(
-                    problem_id=problem_id, steps=steps, steps_sha256=digest, final_answer=record.pre_generated_answer
+    def _ensure_solutions(self, batch: list[tuple[str, int, Record]]) -> list[int]:
+        keys: list[tuple[int, str]] = []
+        wanted: dict[tuple[int, str], Record] = {}
+        for _, _, record in batch:
+            problem_id = self.problems[(record.problem, record.ground_truth_solution, record.ground_truth_answer)]
+            steps = list(record.pre_generated_steps) if record.pre_generated_steps is not None else None
+            key = (problem_id, steps_sha256(steps))
+            keys.append(key)
+            if key not in self.solutions:
+                wanted.setdefault(key, record)
+        if wanted:
+            for pk, problem_id, digest, answer in Solution.objects.filter(
+                problem_id__in={k[0] for k in wanted}, steps_sha256__in={k[1] for k in wanted}, source_model=""
+            ).values_list("id", "problem_id", "steps_sha256", "final_answer"):
+                self.solutions[(problem_id, digest)] = (pk, answer)
+            to_create = [
+                Solution(
+                    problem_id=key[0],
+                    steps=list(r.pre_generated_steps) if r.pre_generated_steps is not None else None,
+                    steps_sha256=key[1],
+                    final_answer=r.pre_generated_answer,
                 )
-                self.result.created["solutions"] += 1
-            self.solutions[key] = (found.pk, found.final_answer)
-        solution_id, final_answer = self.solutions[key]
-        if final_answer != record.pre_generated_answer:
-            raise RecordError(
-                source=source,
-                line=line,
-                field="question.pre_generated_answer",
-                message=f"{record.pre_generated_answer!r} differs from {final_answer!r} stored for the same steps",
-            )
-        return solution_id
-
-    def _task_for(self, source: str, line: int, record: Record, solution_id: int) -> int | None:
-        """The task this record's assignment belongs to (None: already imported)."""
-        if record.is_initial_screening_question:
-            kind = TaskKind.SCREENING
-        elif record.is_quality_control_question:
-            kind = TaskKind.QUALITY_CONTROL
-        else:
-            kind = TaskKind.NORMAL
-        generation_id = self.generations[record.generation]
-        key = (generation_id, solution_id, str(kind))
-        if key not in self.tasks:
-            self.tasks[key] = [
-                {
-                    "id": task.pk,
-                    "serial": task.serial,
-                    "is_qc": task.is_quality_control,
-                    "score": task.verifier_score,
-                    "absent": task.absent_question_keys,
-                    "labelers": {
-                        (labeler, submitted)
-                        for labeler, submitted in task.assignments.values_list("labeler_id", "submitted_at")
-                    },
-                }
-                for task in Task.objects.filter(generation_id=generation_id, solution_id=solution_id, kind=kind)
+                for key, r in wanted.items()
+                if key not in self.solutions
             ]
-        labeler_id = self.labelers[record.labeler]
-        submitted = record.timestamp.replace(tzinfo=UTC) if record.timestamp is not None else None
-        absent = ",".join(record.absent_question_keys)
-        candidates = self.tasks[key]
-        # The same labeler submitting the same task at the same instant is the
-        # same record imported again. Without a timestamp there is no telling.
-        if submitted is not None:
-            for task in candidates:
-                if (labeler_id, submitted) in task["labelers"]:
-                    return None
-        for task in candidates:
-            taken_by = {labeler for labeler, _ in task["labelers"]}
-            if (
-                labeler_id not in taken_by
-                and task["is_qc"] == record.is_quality_control_question
-                and task["score"] == record.pre_generated_verifier_score
-                and task["absent"] == absent
-            ):
-                task["labelers"].add((labeler_id, submitted))
-                return int(task["id"])
-        created = Task.objects.create(
-            generation_id=generation_id,
-            solution_id=solution_id,
-            kind=kind,
-            is_quality_control=record.is_quality_control_question,
-            serial=max((t["serial"] for t in candidates), default=-1) + 1,
-            verifier_score=record.pre_generated_verifier_score,
-            priority=record.pre_generated_verifier_score or 0.0,
-            absent_question_keys=absent,
-            status=TaskStatus.DONE,
-        )
-        self.result.created["tasks"] += 1
-        candidates.append(
-            {
-                "id": created.pk,
-                "serial": created.serial,
-                "is_qc": created.is_quality_control,
-                "score": created.verifier_score,
-                "absent": absent,
-                "labelers": {(labeler_id, submitted)},
-            }
-        )
-        return created.pk
-
-    def _remember_alternatives(self, solution_id: int, record: Record) -> None:
-        """Alternatives rated at a step become the solution's stored alternatives."""
-        if record.pre_generated_steps is None:
-            return
-        for index, step in enumerate(record.steps):
-            if len(step.completions) < 2:
-                continue
-            key = (solution_id, index)
-            if key not in self.alternatives:
-                self.alternatives[key] = list(
-                    StepAlternative.objects.filter(solution_id=solution_id, step_index=index).values_list(
-                        "text", flat=True
-                    )
+            for solution in Solution.objects.bulk_create(to_create):
+                self.solutions[(solution.problem_id, solution.steps_sha256)] = (solution.pk, solution.final_answer)
+            self.result.created["solutions"] += len(to_create)
+        ids = []
+        for (source, line, record), key in zip(batch, keys, strict=True):
+            solution_id, final_answer = self.solutions[key]
+            if final_answer != record.pre_generated_answer:
+                raise RecordError(
+                    source=source,
+                    line=line,
+                    field="question.pre_generated_answer",
+                    message=f"{record.pre_generated_answer!r} differs from {final_answer!r} stored for the same steps",
                 )
-            known = self.alternatives[key]
-            new = [c.text for c in step.completions[1:] if c.text not in known]
-            StepAlternative.objects.bulk_create(
-                [
-                    StepAlternative(solution_id=solution_id, step_index=index, ordinal=len(known) + i, text=text)
-                    for i, text in enumerate(new, 1)
-                ]
+            ids.append(solution_id)
+        return ids
+
+    def _slots_for(self, records: list[Record], solution_ids: list[int]) -> list[_TaskSlot | None]:
+        """The task each record's assignment joins (None: the record is already imported)."""
+        keys = [
+            (self.generations[r.generation], solution_id, str(_kind(r)))
+            for r, solution_id in zip(records, solution_ids, strict=True)
+        ]
+        self._load_tasks({k for k in keys if k not in self.tasks})
+        slots: list[_TaskSlot | None] = []
+        for record, key in zip(records, keys, strict=True):
+            labeler_id = self.labelers[record.labeler]
+            submitted = _aware(record)
+            candidates = self.tasks[key]
+            # The same labeler submitting the same task at the same instant is
+            # the same record imported again. Without a timestamp, no telling.
+            if submitted is not None and any((labeler_id, submitted) in c.submissions for c in candidates):
+                slots.append(None)
+                continue
+            absent = ",".join(record.absent_question_keys)
+            slot = next(
+                (
+                    c
+                    for c in candidates
+                    if labeler_id not in c.labelers
+                    and c.is_qc == record.is_quality_control_question
+                    and c.score == record.pre_generated_verifier_score
+                    and c.absent == absent
+                ),
+                None,
             )
-            known.extend(new)
-            self.result.created["alternatives"] += len(new)
+            if slot is None:
+                task = Task(
+                    generation_id=key[0],
+                    solution_id=key[1],
+                    kind=key[2],
+                    is_quality_control=record.is_quality_control_question,
+                    serial=max((c.task.serial for c in candidates), default=-1) + 1,
+                    verifier_score=record.pre_generated_verifier_score,
+                    priority=record.pre_generated_verifier_score or 0.0,
+                    absent_question_keys=absent,
+                    status=TaskStatus.DONE,
+                )
+                slot = _TaskSlot(task, task.is_quality_control, task.verifier_score, absent, set(), set())
+                candidates.append(slot)
+            slot.labelers.add(labeler_id)
+            slot.submissions.add((labeler_id, submitted))
+            slots.append(slot)
+        return slots
+
+    def _load_tasks(self, keys: set[tuple[int, int, str]]) -> None:
+        if not keys:
+            return
+        for key in keys:
+            self.tasks[key] = []
+        existing = Task.objects.filter(
+            generation_id__in={k[0] for k in keys}, solution_id__in={k[1] for k in keys}
+        ).order_by("id")
+        by_id: dict[int, _TaskSlot] = {}
+        for task in existing:
+            key = (task.generation_id, task.solution_id, task.kind)
+            if key in keys:
+                slot = _TaskSlot(
+                    task, task.is_quality_control, task.verifier_score, task.absent_question_keys, set(), set()
+                )
+                self.tasks[key].append(slot)
+                by_id[task.pk] = slot
+        for task_id, labeler_id, submitted in Assignment.objects.filter(task_id__in=by_id).values_list(
+            "task_id", "labeler_id", "submitted_at"
+        ):
+            by_id[task_id].labelers.add(labeler_id)
+            by_id[task_id].submissions.add((labeler_id, submitted))
+
+    def _store_alternatives(self, pairs: list[tuple[int, Record]]) -> None:
+        """Alternatives rated at a step become the solution's stored alternatives."""
+        wanted = {
+            (solution_id, index)
+            for solution_id, record in pairs
+            if record.pre_generated_steps is not None
+            for index, step in enumerate(record.steps)
+            if len(step.completions) > 1
+        }
+        unknown = wanted - self.alternatives.keys()
+        if unknown:
+            for key in unknown:
+                self.alternatives[key] = []
+            for solution_id, index, text in (
+                StepAlternative.objects.filter(solution_id__in={k[0] for k in unknown})
+                .order_by("solution_id", "step_index", "ordinal")
+                .values_list("solution_id", "step_index", "text")
+            ):
+                if (solution_id, index) in unknown:
+                    self.alternatives[(solution_id, index)].append(text)
+        new: list[StepAlternative] = []
+        for solution_id, record in pairs:
+            if record.pre_generated_steps is None:
+                continue
+            for index, step in enumerate(record.steps):
+                known = self.alternatives.get((solution_id, index))
+                if known is None:
+                    continue
+                for completion in step.completions[1:]:
+                    if completion.text not in known:
+                        known.append(completion.text)
+                        new.append(
+                            StepAlternative(
+                                solution_id=solution_id, step_index=index, ordinal=len(known), text=completion.text
+                            )
+                        )
+        StepAlternative.objects.bulk_create(new)
+        self.result.created["alternatives"] += len(new)
+
+
+def _kind(record: Record) -> TaskKind:
+    if record.is_initial_screening_question:
+        return TaskKind.SCREENING
+    if record.is_quality_control_question:
+        return TaskKind.QUALITY_CONTROL
+    return TaskKind.NORMAL
+
+
+def _aware(record: Record) -> Any:
+    return record.timestamp.replace(tzinfo=UTC) if record.timestamp is not None else None
 
 
 def prm800k_import(*, paths: Iterable[Path], dry_run: bool = False, progress: Progress | None = None) -> ImportResult:
