@@ -96,14 +96,28 @@ def synthesise(n: int, seed: int) -> list[dict[str, Any]]:
 
 
 def run_child(args: list[str], env: dict[str, str]) -> tuple[float, int]:
-    """Wall seconds and peak RSS (bytes) of one child process."""
+    """Wall seconds and peak RSS (bytes) of one child process.
+
+    RSS is sampled from /proc rather than taken from rusage: Linux carries a
+    process's max RSS across fork+exec, so a child of this (large) process
+    would report the parent's footprint.
+    """
+    import psutil
+
     start = time.perf_counter()
     process = subprocess.Popen(args, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(process.pid, 0)
+    watched = psutil.Process(process.pid)
+    peak = 0
+    while process.poll() is None:
+        try:
+            peak = max(peak, watched.memory_info().rss)
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.02)
     elapsed = time.perf_counter() - start
-    if status != 0:
+    if process.returncode != 0:
         raise SystemExit(f"{' '.join(args)} failed:\n{process.stderr.read().decode() if process.stderr else ''}")
-    return elapsed, usage.ru_maxrss * 1024
+    return elapsed, peak
 
 
 def reset_database(url: str) -> None:

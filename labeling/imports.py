@@ -18,6 +18,7 @@ from typing import Any
 
 from django.db import transaction
 
+from labeling.bulkload import insert_rows
 from labeling.models import (
     Assignment,
     AssignmentStatus,
@@ -406,10 +407,14 @@ class _Prm800kWriter:
         new_tasks = list(
             {id(slot.task): slot.task for slot in slots if slot is not None and slot.task.pk is None}.values()
         )
-        Task.objects.bulk_create(new_tasks)
+        task_fields = ("generation_id", "solution_id", "kind", "is_quality_control", "serial", "verifier_score")
+        task_fields += ("priority", "absent_question_keys", "status")
+        rows = [{name: getattr(task, name) for name in task_fields} for task in new_tasks]
+        for task, pk in zip(new_tasks, insert_rows(Task, rows), strict=True):
+            task.pk = pk
         self.result.created["tasks"] += len(new_tasks)
 
-        assignments: list[Assignment] = []
+        assignment_rows: list[dict[str, Any]] = []
         payloads: list[Record] = []
         for record, slot in zip(records, slots, strict=True):
             if slot is None:
@@ -419,46 +424,46 @@ class _Prm800kWriter:
             submitted = _aware(record)
             if submitted is not None and record.total_time is not None:
                 started = submitted - timedelta(milliseconds=record.total_time)
-            assignments.append(
-                Assignment(
-                    task_id=slot.task.pk,
-                    labeler_id=self.labelers[record.labeler],
-                    status=AssignmentStatus.SUBMITTED,
-                    started_at=started,
-                    last_activity_at=submitted,
-                    submitted_at=submitted,
-                    total_time_ms=record.total_time,
-                    finish_reason=record.finish_reason,
-                )
+            assignment_rows.append(
+                {
+                    "task_id": slot.task.pk,
+                    "labeler_id": self.labelers[record.labeler],
+                    "status": AssignmentStatus.SUBMITTED.value,
+                    "started_at": started,
+                    "last_activity_at": submitted,
+                    "submitted_at": submitted,
+                    "total_time_ms": record.total_time,
+                    "finish_reason": record.finish_reason,
+                }
             )
             payloads.append(record)
-        Assignment.objects.bulk_create(assignments)
-        self.result.created["assignments"] += len(assignments)
-        steps = [
-            LabeledStep(
-                assignment_id=assignment.pk,
-                index=i,
-                chosen_completion=step.chosen_completion,
-                human_completion=step.human_completion,
-            )
-            for assignment, record in zip(assignments, payloads, strict=True)
+        assignment_ids = insert_rows(Assignment, assignment_rows)
+        self.result.created["assignments"] += len(assignment_ids)
+        step_rows = [
+            {
+                "assignment_id": assignment_id,
+                "index": i,
+                "chosen_completion": step.chosen_completion,
+                "human_completion": step.human_completion,
+            }
+            for assignment_id, record in zip(assignment_ids, payloads, strict=True)
             for i, step in enumerate(record.steps)
         ]
-        LabeledStep.objects.bulk_create(steps, batch_size=WRITE_BATCH)
-        self.result.created["labeled steps"] += len(steps)
+        step_ids = insert_rows(LabeledStep, step_rows)
+        self.result.created["labeled steps"] += len(step_ids)
         source_steps = (step for record in payloads for step in record.steps)
         ratings = [
-            StepRating(
-                step_id=labeled.pk,
-                completion_index=j,
-                text=completion.text,
-                rating=completion.rating,
-                flagged=completion.flagged,
-            )
-            for labeled, step in zip(steps, source_steps, strict=True)
+            {
+                "step_id": step_id,
+                "completion_index": j,
+                "text": completion.text,
+                "rating": completion.rating,
+                "flagged": completion.flagged,
+            }
+            for step_id, step in zip(step_ids, source_steps, strict=True)
             for j, completion in enumerate(step.completions)
         ]
-        StepRating.objects.bulk_create(ratings, batch_size=WRITE_BATCH)
+        insert_rows(StepRating, ratings)
         self.result.created["step ratings"] += len(ratings)
         self._store_alternatives(
             [
@@ -548,18 +553,19 @@ class _Prm800kWriter:
                 problem_id__in={k[0] for k in wanted}, steps_sha256__in={k[1] for k in wanted}, source_model=""
             ).values_list("id", "problem_id", "steps_sha256", "final_answer"):
                 self.solutions[(problem_id, digest)] = (pk, answer)
-            to_create = [
-                Solution(
-                    problem_id=key[0],
-                    steps=list(r.pre_generated_steps) if r.pre_generated_steps is not None else None,
-                    steps_sha256=key[1],
-                    final_answer=r.pre_generated_answer,
-                )
+            to_create = {
+                key: {
+                    "problem_id": key[0],
+                    "steps": list(r.pre_generated_steps) if r.pre_generated_steps is not None else None,
+                    "steps_sha256": key[1],
+                    "final_answer": r.pre_generated_answer,
+                }
                 for key, r in wanted.items()
                 if key not in self.solutions
-            ]
-            for solution in Solution.objects.bulk_create(to_create):
-                self.solutions[(solution.problem_id, solution.steps_sha256)] = (solution.pk, solution.final_answer)
+            }
+            new_ids = insert_rows(Solution, list(to_create.values()))
+            for (key, row), pk in zip(to_create.items(), new_ids, strict=True):
+                self.solutions[key] = (pk, row["final_answer"])
             self.result.created["solutions"] += len(to_create)
         ids = []
         for (source, line, record), key in zip(batch, keys, strict=True):
@@ -700,11 +706,9 @@ def _aware(record: Record) -> Any:
 def prm800k_import(*, paths: Iterable[Path], dry_run: bool = False, progress: Progress | None = None) -> ImportResult:
     paths = list(paths)
     result = ImportResult(dry_run=dry_run)
-    # Pass 1 validates every record without keeping them, so memory stays
-    # flat at release scale and nothing is written if any line is bad.
-    for path in paths:
-        for _ in iter_records(path):
-            pass
+    # Records are validated as they stream into one transaction: the first
+    # bad line raises and rolls back everything written before it, so memory
+    # stays flat at release scale and a failed import leaves nothing behind.
     try:
         with transaction.atomic():
             writer = _Prm800kWriter(result)
