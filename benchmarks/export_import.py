@@ -48,7 +48,7 @@ def synthesise(n: int, seed: int) -> list[dict[str, Any]]:
     labelers = [str(uuid.UUID(int=rng.getrandbits(128), version=4)) for _ in range(60)]
     records = []
     for k in range(n):
-        question = dict(rng.choice(problems))
+        question: dict[str, Any] = dict(rng.choice(problems))
         length = rng.randint(10, 24)
         steps = [
             f"Step {j} of solution {k}: so $x_{{{j}}} = {rng.randint(0, 999)}\\cdot 2^{{{j}}}$." for j in range(length)
@@ -184,7 +184,7 @@ def measure(solutions: int, url: str, seed: int, workdir: Path) -> dict[str, Any
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--solutions", type=int, action="append", help="scale(s) to run (default: 2000)")
-    parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/annotate_bench")
+    parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/annotate_bench_io")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     results = []

@@ -247,7 +247,7 @@ def prm800k_export(
     *,
     output: str,
     filters: ExportFilters | None = None,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int], object] | None = None,
 ) -> ExportResult:
     """Write records to ``output`` (a path; ``-`` is stdout; ``.gz`` compresses).
 

@@ -41,7 +41,7 @@ from labeling.models import (
 )
 from labeling.prm800k import Record, RecordError, iter_json_objects, iter_records
 
-Progress = Callable[[int], None]
+Progress = Callable[[int], object]
 
 WRITE_BATCH = 2000
 
@@ -404,11 +404,12 @@ class _Prm800kWriter:
         slots = self._slots_for(records, solution_ids)
 
         # Several records of a batch may share one new task: create it once.
-        new_tasks = list(
-            {id(slot.task): slot.task for slot in slots if slot is not None and slot.task.pk is None}.values()
-        )
-        task_fields = ("generation_id", "solution_id", "kind", "is_quality_control", "serial", "verifier_score")
-        task_fields += ("priority", "absent_question_keys", "status")
+        unsaved = [task for task in (c.task for c in slots if c is not None) if task.pk is None]
+        new_tasks = list({id(task): task for task in unsaved}.values())
+        task_fields = (
+            "generation_id", "solution_id", "kind", "is_quality_control", "serial", "verifier_score",
+            "priority", "absent_question_keys", "status",
+        )  # fmt: skip
         rows = [{name: getattr(task, name) for name in task_fields} for task in new_tasks]
         for task, pk in zip(new_tasks, insert_rows(Task, rows), strict=True):
             task.pk = pk
@@ -564,8 +565,8 @@ class _Prm800kWriter:
                 if key not in self.solutions
             }
             new_ids = insert_rows(Solution, list(to_create.values()))
-            for (key, row), pk in zip(to_create.items(), new_ids, strict=True):
-                self.solutions[key] = (pk, row["final_answer"])
+            for key, pk in zip(to_create, new_ids, strict=True):
+                self.solutions[key] = (pk, wanted[key].pre_generated_answer)
             self.result.created["solutions"] += len(to_create)
         ids = []
         for (source, line, record), key in zip(batch, keys, strict=True):

@@ -313,7 +313,7 @@ def record_to_dict(record: Record) -> dict[str, Any]:
 def open_text(path: Path) -> IO[bytes]:
     """Open .jsonl or .jsonl.gz for reading as bytes."""
     if path.suffix == ".gz":
-        return gzip.open(path, "rb")
+        return gzip.GzipFile(path, "rb")  # type: ignore[return-value]  # GzipFile is a binary IO
     return path.open("rb")
 
 

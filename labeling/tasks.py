@@ -9,7 +9,7 @@ from celery import shared_task
 from labeling.exports import ExportFilters, prm800k_export
 
 
-@shared_task(acks_late=True, reject_on_worker_lost=True)
+@shared_task(acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
 def export_prm800k_file(*, output: str, filters: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write an export file in a worker (never inside a web request)."""
     options = dict(filters or {})

@@ -14,7 +14,12 @@ def load_settings(**env: str) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CELERY_BROKER_URL", "SECRET_KEY"}}
     code = "import annotate.settings as s; print(s.DATABASES['default']['ENGINE'], s.CELERY_BROKER_URL, s.DEBUG)"
     return subprocess.run(
-        [sys.executable, "-c", code], env=clean | env, capture_output=True, text=True, cwd=settings.BASE_DIR, check=False
+        [sys.executable, "-c", code],
+        env=clean | env,
+        capture_output=True,
+        text=True,
+        cwd=settings.BASE_DIR,
+        check=False,
     )
 
 

@@ -116,7 +116,7 @@ def test_it_says_which_file_is_missing() -> None:
         run_import("import_prm800k", "nope.jsonl")
 
 
-MATH_ROWS = [
+MATH_ROWS: list[dict[str, Any]] = [
     {
         "problem": "What is $1+1$?",
         "solution": "$1+1=\\boxed{2}$.",
@@ -198,7 +198,7 @@ def test_it_imports_solution_pools_as_lists_or_text(tmp_path: Path) -> None:
     run_import("import_solutions", str(pool))
     run_import("import_solutions", str(pool))  # idempotent
 
-    solutions = {tuple(s.steps): s for s in Solution.objects.all()}
+    solutions = {tuple(s.steps or []): s for s in Solution.objects.all()}
     assert set(solutions) == {("$1+1=2$.", "# Answer\n\n2"), ("We add.", "$1+1=3$.", "# Answer 3")}
     assert list(StepAlternative.objects.values_list("step_index", "ordinal", "text")) == [(1, 1, "$1+1=2$.")]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from argparse import ArgumentParser
 from collections.abc import Callable
 from pathlib import Path
@@ -28,7 +29,7 @@ class ImportCommand(BaseCommand):
         for path in paths:
             if not path.is_file():
                 raise CommandError(f"{path}: no such file")
-        bar = tqdm(unit=self.unit, disable=options["no_progress"], file=self.stderr._out, leave=False)
+        bar = tqdm(unit=self.unit, disable=options["no_progress"], file=sys.stderr, leave=False)
         progress: Progress = bar.update
         try:
             result = service(paths=paths, dry_run=options["dry_run"], progress=progress)

@@ -1,3 +1,4 @@
+import sys
 from argparse import ArgumentParser
 from typing import Any
 
@@ -42,7 +43,7 @@ class Command(BaseCommand):
             include_excluded_labelers=options["include_excluded_labelers"],
         )
         to_stdout = options["output"] == "-"
-        bar = tqdm(unit="record", disable=options["no_progress"] or to_stdout, file=self.stderr._out, leave=False)
+        bar = tqdm(unit="record", disable=options["no_progress"] or to_stdout, file=sys.stderr, leave=False)
         try:
             result = prm800k_export(output=options["output"], filters=filters, progress=bar.update)
         except OSError as exc:
