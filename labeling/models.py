@@ -289,9 +289,7 @@ class Assignment(models.Model):
 
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="assignments")
     labeler = models.ForeignKey(Labeler, on_delete=models.PROTECT, related_name="assignments")
-    status = models.CharField(
-        max_length=20, choices=AssignmentStatus.choices, default=AssignmentStatus.IN_PROGRESS
-    )
+    status = models.CharField(max_length=20, choices=AssignmentStatus.choices, default=AssignmentStatus.IN_PROGRESS)
     started_at = models.DateTimeField(null=True, blank=True)
     last_activity_at = models.DateTimeField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
@@ -301,6 +299,10 @@ class Assignment(models.Model):
     total_time_ms = models.BigIntegerField(null=True, blank=True)
     finish_reason = models.CharField(max_length=20, choices=FinishReason.choices, null=True, blank=True)
     finish_reason_text = models.TextField(blank=True, default="")
+    # The rating version of the latest request that deleted ratings (a step
+    # changed to -1 or unrated drops the steps after it). A delayed request
+    # older than that must not bring a deleted rating back by re-creating it.
+    ratings_reset_version = models.PositiveIntegerField(default=0)
 
     class Meta:
         ordering = ["id"]
@@ -314,6 +316,14 @@ class Assignment(models.Model):
             models.CheckConstraint(
                 condition=Q(total_time_ms__isnull=True) | Q(total_time_ms__gte=0),
                 name="assignment_total_time_not_negative",
+            ),
+            # A labeler holds at most one lease: two "next task" requests from
+            # the same person at the same moment (double click, two tabs) must
+            # not both create an assignment. Also serves "my current task".
+            models.UniqueConstraint(
+                fields=["labeler"],
+                condition=Q(status=AssignmentStatus.IN_PROGRESS),
+                name="assignment_one_in_progress_per_labeler",
             ),
         ]
         indexes = [

@@ -1,8 +1,181 @@
+"""Labeler pages. Each view: fetch and authorise, validate, one service call, render.
+
+htmx requests get the ``task-panel`` fragment of ``labeling/task.html``; the
+same URLs work as plain form posts that redirect (no JS needed).
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import push_url
+from django_htmx.middleware import HtmxDetails
+
+from labeling.forms import RateForm, ReasonForm
+from labeling.labelers import labeler_can_take_work, labeler_for_user
+from labeling.models import Assignment, FinishReason, Labeler
+from labeling.queue import LabelerMayNotWork, assignment_next
+from labeling.rating import (
+    AssignmentClosed,
+    NotFinished,
+    RatingRejected,
+    assignment_abandon,
+    assignment_submit,
+    step_rate,
+)
+from labeling.selectors import assignment_current, assignments_of, labeler_stats, task_screen
+
+VERSION_HEADER = "X-Rating-Version"
+
+
+def _htmx(request: HttpRequest) -> bool:
+    details: HtmxDetails | None = getattr(request, "htmx", None)  # set by HtmxMiddleware
+    return bool(details)
+
+
+def _labeler(request: HttpRequest) -> Labeler:
+    assert request.user.is_authenticated  # login_required ran first
+    return labeler_for_user(user=request.user)
+
+
+def _own_assignment(request: HttpRequest, pk: int) -> Assignment:
+    # Another labeler's assignment is indistinguishable from a missing one.
+    return get_object_or_404(assignments_of(labeler=_labeler(request)), pk=pk)
+
+
+def _refused(request: HttpRequest, message: str, *, status: int = 409) -> HttpResponse:
+    if _htmx(request):
+        return HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")
+    return render(request, "labeling/refused.html", {"message": message}, status=status)
+
+
+def _task_response(
+    request: HttpRequest, assignment: Assignment | None, *, status: int = 200, **extra: object
+) -> HttpResponse:
+    screen = task_screen(assignment=assignment) if assignment is not None else None
+    template = "labeling/task.html#task-panel" if _htmx(request) else "labeling/task.html"
+    response = render(request, template, {"screen": screen, **extra}, status=status)
+    if screen is not None:
+        response[VERSION_HEADER] = f"{screen.assignment.pk}:{screen.version}"
+    return response
 
 
 @login_required
+@require_GET
 def home(request: HttpRequest) -> HttpResponse:
-    return render(request, "labeling/home.html", {})
+    labeler = _labeler(request)
+    context = {
+        "labeler": labeler,
+        "may_work": labeler_can_take_work(labeler),
+        "stats": labeler_stats(labeler=labeler),
+        "current": assignment_current(labeler=labeler),
+    }
+    return render(request, "labeling/home.html", context)
+
+
+@require_GET
+def guide(request: HttpRequest) -> HttpResponse:
+    return render(request, "labeling/guide.html")
+
+
+@login_required
+@require_POST
+def next_task(request: HttpRequest) -> HttpResponse:
+    labeler = _labeler(request)
+    try:
+        assignment = assignment_next(labeler=labeler)
+    except LabelerMayNotWork:
+        return _refused(
+            request, f"Your account is {labeler.get_status_display()}: no tasks are handed out to it.", status=403
+        )
+    if assignment is None:
+        messages.info(request, "No tasks are waiting for you right now. Please check back later.")
+        return redirect("home")
+    return redirect("task", pk=assignment.pk)
+
+
+@login_required
+@require_GET
+def task(request: HttpRequest, pk: int) -> HttpResponse:
+    return _task_response(request, _own_assignment(request, pk))
+
+
+@login_required
+@require_POST
+def rate(request: HttpRequest, pk: int, step: int, completion: int) -> HttpResponse:
+    assignment = _own_assignment(request, pk)
+    form = RateForm(request.POST)
+    if not form.is_valid():
+        return _refused(request, "That rating could not be read; reload the page.", status=400)
+    try:
+        step_rate(
+            assignment=assignment,
+            step_index=step,
+            completion_index=completion,
+            rating=form.cleaned_data["rating"],
+            flagged=form.cleaned_data["flagged"],
+            version=form.cleaned_data["version"],
+        )
+    except (AssignmentClosed, RatingRejected) as exc:
+        return _refused(request, str(exc))
+    if not _htmx(request):
+        return redirect(reverse("task", args=[assignment.pk]) + f"#step-{step}")
+    assignment.refresh_from_db()
+    return _task_response(request, assignment)
+
+
+@login_required
+@require_POST
+def submit(request: HttpRequest, pk: int) -> HttpResponse:
+    assignment = _own_assignment(request, pk)
+    try:
+        assignment_submit(assignment=assignment)
+    except (AssignmentClosed, NotFinished) as exc:
+        return _refused(request, str(exc))
+    return _next_after_finish(request)
+
+
+@login_required
+@require_POST
+def give_up(request: HttpRequest, pk: int) -> HttpResponse:
+    return _abandon(request, pk, FinishReason.GIVE_UP)
+
+
+@login_required
+@require_POST
+def bad_problem(request: HttpRequest, pk: int) -> HttpResponse:
+    return _abandon(request, pk, FinishReason.BAD_PROBLEM)
+
+
+def _abandon(request: HttpRequest, pk: int, reason: FinishReason) -> HttpResponse:
+    assignment = _own_assignment(request, pk)
+    form = ReasonForm(request.POST)
+    if not form.is_valid():
+        # 422 is swapped in by htmx (see base.html's htmx-config), so the form
+        # comes back with its error and the reason typed so far.
+        return _task_response(request, assignment, status=422, reason_form=form, reason_kind=reason.value)
+    try:
+        assignment_abandon(assignment=assignment, finish_reason=reason, reason_text=form.cleaned_data["reason"])
+    except (AssignmentClosed, RatingRejected) as exc:
+        return _refused(request, str(exc))
+    return _next_after_finish(request)
+
+
+def _next_after_finish(request: HttpRequest) -> HttpResponse:
+    # Finishing hands over the next task at once: the labeler asked for work
+    # by starting, and keeps it until they stop.
+    try:
+        following = assignment_next(labeler=_labeler(request))
+    except LabelerMayNotWork:
+        following = None
+    if not _htmx(request):
+        if following is None:
+            messages.info(request, "Saved. No more tasks are waiting for you right now.")
+            return redirect("home")
+        return redirect("task", pk=following.pk)
+    response = _task_response(request, following, finished=True)
+    return push_url(response, reverse("task", args=[following.pk]) if following else reverse("home"))

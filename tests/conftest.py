@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -31,6 +32,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "postgres" in item.keywords and connection.vendor != "postgresql":
             item.add_marker(skip_pg)
+
+
+@pytest.fixture(autouse=True)
+def plain_static_storage(settings: Any) -> None:
+    """Pages render {% static %}; without DEBUG the settings pick the manifest
+    storage, which needs collectstatic. Tests serve from the finders instead."""
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
 
 
 def test_database_url() -> str:

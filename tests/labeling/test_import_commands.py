@@ -112,7 +112,7 @@ def test_dry_run_validates_without_writing(tmp_path: Path, capsys: pytest.Captur
 
 @pytest.mark.django_db
 def test_it_says_which_file_is_missing() -> None:
-    with pytest.raises(CommandError, match="nope.jsonl: no such file"):
+    with pytest.raises(CommandError, match=r"nope\.jsonl: no such file"):
         run_import("import_prm800k", "nope.jsonl")
 
 

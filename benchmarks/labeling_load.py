@@ -1,0 +1,411 @@
+"""Load test of the labeler workflow on PostgreSQL at release scale.
+
+Builds (or reuses) a database with >=100k solutions, >=1M stored step labels
+and >=100k open tasks using INSERT ... SELECT generate_series, starts gunicorn
+on 127.0.0.1, and drives simulated labelers from a separate process with the
+standard library only (http.client + threads): sign in -> next task -> rate
+steps -> submit (which hands over the next task) -> ...
+
+Modes:
+  think   N labelers (default 200) pausing 1-5 s between clicks; goal: p95 < 25 ms
+          for rating and next-task.
+  closed  no think time; concurrency steps up (e.g. 8,16,32,64) to find where p95
+          crosses 100 ms.
+
+Reports p50/p95/p99 per endpoint, throughput, and checks that the ratings stored
+in the database equal the ratings the server acknowledged. Loopback only.
+
+  .venv/bin/python benchmarks/labeling_load.py --mode think --duration 60
+  .venv/bin/python benchmarks/labeling_load.py --mode closed --duration 60 --concurrency 8,16,32,64
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import multiprocessing
+import os
+import random
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = str(ROOT / ".venv" / "bin" / "python")
+HISTORY_GENERATION, LOAD_GENERATION = 9000, 9001
+PASSWORD = "bench-password-1"
+
+
+# --- database ---------------------------------------------------------------
+def _connect(url: str, dbname: str | None = None) -> Any:
+    import psycopg
+
+    parts = urllib.parse.urlparse(url)
+    return psycopg.connect(
+        host=parts.hostname, port=parts.port or 5432, user=parts.username or "postgres",
+        password=parts.password, dbname=dbname or parts.path.lstrip("/"), autocommit=True,
+    )  # fmt: skip
+
+
+def build(args: argparse.Namespace, env: dict[str, str]) -> None:
+    dbname = urllib.parse.urlparse(args.database_url).path.lstrip("/")
+    with _connect(args.database_url, "postgres") as admin:
+        if not admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [dbname]).fetchone():
+            admin.execute(f'CREATE DATABASE "{dbname}"')
+    subprocess.run([PY, "manage.py", "migrate", "--no-input", "-v", "0"], cwd=ROOT, env=env, check=True)
+    with _connect(args.database_url) as db:
+        have = db.execute(
+            "SELECT count(*) FROM auth_user WHERE username = %s", [f"bench{args.max_labelers - 1}"]
+        ).fetchone()
+        if have and have[0] and not args.rebuild:
+            print("reusing the existing benchmark database", file=sys.stderr)
+            _reset_load(db)
+            return
+        t0 = time.perf_counter()
+        n, k = args.solutions, args.steps
+        stmts = [
+            "TRUNCATE labeling_steprating, labeling_labeledstep, labeling_assignment, labeling_task,"
+            " labeling_stepalternative, labeling_solution, labeling_problem, labeling_generation,"
+            " labeling_labeler, labeling_goldstep CASCADE",
+            "DELETE FROM auth_user WHERE username LIKE 'bench%%'",
+            f"""INSERT INTO labeling_problem (unique_id, problem, problem_sha256, solution, answer, subject, split,
+                created_at)
+                SELECT 'bench/' || i, 'Find $x$ if $x^2 = ' || (i::bigint * i) || '$ and $x > 0$. (' || i || ')',
+                       md5(i::text), 'reference', i::text, 'Algebra', 'train', now()
+                FROM generate_series(1, {n}) AS i""",
+            f"""INSERT INTO labeling_solution (problem_id, steps, steps_sha256, final_answer, source_model,
+                grading_note, created_at)
+                SELECT p.id, (SELECT jsonb_agg('Step ' || j || ': so $x_{{' || j || '}} = \\frac{{' || p.id || '}}{{'
+                    || j || '}}$.') FROM generate_series(1, {k}) AS j), md5('s' || p.id), p.id::text, 'bench', '',
+                    now()
+                FROM labeling_problem p""",
+            f"""INSERT INTO labeling_generation (number, phase, status, config, error, created_at)
+                VALUES ({HISTORY_GENERATION}, 2, 'closed', '{{}}', '', now()),
+                       ({LOAD_GENERATION}, 2, 'open', '{{}}', '', now())""",
+            # History: every solution labeled once in the closed generation (>=1M step labels).
+            """INSERT INTO labeling_labeler (uuid, status, status_reason, exclude_labels, created_at)
+                SELECT md5('hist' || i)::uuid, 'active', '', false, now() FROM generate_series(1, 100) AS i""",
+            f"""INSERT INTO labeling_task (generation_id, solution_id, kind, is_quality_control, serial, priority,
+                labelers_needed, absent_question_keys, status, created_at)
+                SELECT g.id, s.id, 'normal', false, 0, random(), 1, '', 'done', now()
+                FROM labeling_solution s, labeling_generation g WHERE g.number = {HISTORY_GENERATION}""",
+            f"""INSERT INTO labeling_assignment (task_id, labeler_id, status, started_at, last_activity_at,
+                submitted_at, total_time_ms, finish_reason, finish_reason_text, ratings_reset_version)
+                SELECT t.id, (SELECT min(id) FROM labeling_labeler) + (t.id % 100), 'submitted', now(), now(), now(),
+                       60000, 'solution', '', 0
+                FROM labeling_task t JOIN labeling_generation g ON g.id = t.generation_id
+                WHERE g.number = {HISTORY_GENERATION}""",
+            f"""INSERT INTO labeling_labeledstep (assignment_id, index, chosen_completion)
+                SELECT a.id, j, CASE WHEN j = {k - 1} THEN NULL ELSE 0 END
+                FROM labeling_assignment a, generate_series(0, {k - 1}) AS j""",
+            """INSERT INTO labeling_steprating (step_id, completion_index, text, rating, flagged, version, updated_at)
+                SELECT id, 0, 'step', 1, NULL, 1, now() - interval '2 days' FROM labeling_labeledstep""",
+            # The queue under load: every solution again, open, random priority.
+            f"""INSERT INTO labeling_task (generation_id, solution_id, kind, is_quality_control, serial, priority,
+                labelers_needed, absent_question_keys, status, created_at)
+                SELECT g.id, s.id, 'normal', false, 0, random(), 1, '', 'open', now()
+                FROM labeling_solution s, labeling_generation g WHERE g.number = {LOAD_GENERATION}""",
+        ]
+        for sql in stmts:
+            db.execute(sql)
+        _users(db, args.max_labelers)
+        db.execute("ANALYZE")
+        counts = db.execute(
+            "SELECT (SELECT count(*) FROM labeling_solution), (SELECT count(*) FROM labeling_steprating),"
+            " (SELECT count(*) FROM labeling_task WHERE status = 'open')"
+        ).fetchone()
+        print(f"built in {time.perf_counter() - t0:.0f} s: solutions, step labels, open tasks = {counts}",
+              file=sys.stderr)  # fmt: skip
+
+
+def _users(db: Any, count: int) -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "annotate.settings")
+    from django.contrib.auth.hashers import make_password
+
+    # One hash for every simulated labeler (sign-in cost is reported apart as "login").
+    hashed = make_password(PASSWORD)
+    db.execute(
+        """INSERT INTO auth_user (password, is_superuser, username, first_name, last_name, email, is_staff,
+           is_active, date_joined)
+           SELECT %s, false, 'bench' || i, '', '', '', false, true, now() FROM generate_series(0, %s) AS i""",
+        [hashed, count - 1],
+    )
+
+
+def _reset_load(db: Any) -> None:
+    """Put the load generation back to all-open so runs are comparable."""
+    g = f"(SELECT id FROM labeling_generation WHERE number = {LOAD_GENERATION})"
+    a = f"(SELECT a.id FROM labeling_assignment a JOIN labeling_task t ON t.id = a.task_id WHERE t.generation_id = {g})"
+    s = f"(SELECT id FROM labeling_labeledstep WHERE assignment_id IN {a})"
+    db.execute(f"DELETE FROM labeling_steprating WHERE step_id IN {s}")
+    db.execute(f"DELETE FROM labeling_labeledstep WHERE assignment_id IN {a}")
+    db.execute(f"DELETE FROM labeling_assignment WHERE id IN {a}")
+    db.execute(f"UPDATE labeling_task SET status = 'open' WHERE generation_id = {g} AND status <> 'open'")
+    db.execute("DELETE FROM django_session")
+    db.execute("VACUUM ANALYZE labeling_assignment")
+
+
+def stored_ratings(url: str) -> int:
+    with _connect(url) as db:
+        row = db.execute(
+            f"""SELECT count(*) FROM labeling_steprating r JOIN labeling_labeledstep s ON s.id = r.step_id
+                JOIN labeling_assignment a ON a.id = s.assignment_id JOIN labeling_task t ON t.id = a.task_id
+                JOIN labeling_generation g ON g.id = t.generation_id
+                WHERE g.number = {LOAD_GENERATION} AND r.rating IS NOT NULL"""
+        ).fetchone()
+    return int(row[0])
+
+
+# --- server -----------------------------------------------------------------
+def make_sessions(first: int, count: int) -> list[dict[str, str]]:
+    """Signed-in sessions made directly, so PBKDF2 sign-ins do not swamp the run.
+
+    Sign-in itself is measured once per run ("login", a handful of users)."""
+    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
+    from django.contrib.auth.models import User
+    from django.contrib.sessions.backends.db import SessionStore
+    from django.utils.crypto import get_random_string
+
+    users = {u.username: u for u in User.objects.filter(username__in=[f"bench{first + i}" for i in range(count)])}
+    cookies = []
+    for i in range(count):
+        user = users[f"bench{first + i}"]
+        store = SessionStore()
+        store[SESSION_KEY] = str(user.pk)
+        store[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+        store[HASH_SESSION_KEY] = user.get_session_auth_hash()
+        store.create()
+        cookies.append({"sessionid": store.session_key or "", "csrftoken": get_random_string(32)})
+    return cookies
+
+
+def start_server(args: argparse.Namespace, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    subprocess.run([PY, "manage.py", "collectstatic", "--no-input", "-v", "0"], cwd=ROOT, env=env, check=True)
+    server = subprocess.Popen(
+        [str(ROOT / ".venv" / "bin" / "gunicorn"), "annotate.wsgi", "-w", str(args.workers), "-b",
+         f"127.0.0.1:{args.port}", "--access-logfile", "-" if args.access_log else "/dev/null",
+         "--log-level", "warning", "--backlog", "2048"],
+        cwd=ROOT, env=env,
+    )  # fmt: skip
+    for _ in range(100):
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", args.port, timeout=1)
+            conn.request("GET", "/login/")
+            if conn.getresponse().status == 200:
+                return server
+        except OSError:
+            time.sleep(0.2)
+    server.kill()
+    raise SystemExit("gunicorn did not come up")
+
+
+# --- simulated labelers ------------------------------------------------------
+class Labeler:
+    def __init__(self, port: int, cookies: dict[str, str], stats: dict[str, list[float]], lock: threading.Lock) -> None:
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        self.cookies, self.stats, self.lock = dict(cookies), stats, lock
+        self.acked = 0
+        self.errors = 0
+
+    def request(self, label: str, method: str, path: str, body: dict[str, Any] | None = None,
+                htmx: bool = False) -> tuple[int, dict[str, str], str]:  # fmt: skip
+        headers = {"Cookie": "; ".join(f"{k}={v}" for k, v in self.cookies.items())}
+        data = None
+        if body is not None:
+            data = urllib.parse.urlencode(body)
+            headers["Content-Type"] = "application/x-www-form-urlencoded"
+            headers["X-CSRFToken"] = self.cookies.get("csrftoken", "")
+            headers["Referer"] = "http://127.0.0.1/"
+        if htmx:
+            headers["HX-Request"] = "true"
+        t0 = time.perf_counter()
+        try:
+            self.conn.request(method, path, body=data, headers=headers)
+            response = self.conn.getresponse()
+            text = response.read().decode()
+        except (OSError, http.client.HTTPException):
+            self.conn.close()
+            self.errors += 1
+            return 0, {}, ""
+        elapsed = (time.perf_counter() - t0) * 1000
+        with self.lock:
+            self.stats[label].append(elapsed)
+        for value in response.headers.get_all("Set-Cookie") or []:
+            k, _, rest = value.partition("=")
+            self.cookies[k] = rest.split(";", 1)[0]
+        if response.status >= 400:
+            self.errors += 1
+        return response.status, dict(response.headers), text
+
+    def sign_in(self, name: str) -> None:
+        self.cookies = {}
+        self.request("login_form", "GET", "/login/")
+        status, _, _ = self.request("login", "POST", "/login/", {"username": name, "password": PASSWORD})
+        if status != 302:
+            raise RuntimeError(f"sign-in failed for {name}: {status}")
+
+    def run(self, deadline: float, think: tuple[float, float] | None, n_steps: int) -> None:
+        status, headers, _ = self.request("next", "POST", "/next/", {})
+        match = re.search(r"/assignments/(\d+)/", headers.get("Location", ""))
+        assignment = int(match.group(1)) if match else None
+        while assignment is not None and time.monotonic() < deadline:
+            status, _, _page = self.request("task_page", "GET", f"/assignments/{assignment}/")
+            if status != 200:
+                return
+            for i in range(n_steps):
+                if time.monotonic() >= deadline:
+                    return
+                if think:
+                    time.sleep(random.uniform(*think))
+                rating = -1 if random.random() < 0.15 else random.choice([0, 1, 1, 1])
+                status, _, _ = self.request(
+                    "rate", "POST", f"/assignments/{assignment}/steps/{i}/0/",
+                    {"rating": "", "set_rating": rating, "flagged": "0", "version": i + 1}, htmx=True,
+                )  # fmt: skip
+                if status == 200:
+                    self.acked += 1
+                if rating == -1:
+                    break
+            if think:
+                time.sleep(random.uniform(*think))
+            status, _, text = self.request("submit+next", "POST", f"/assignments/{assignment}/submit/", {}, htmx=True)
+            match = re.search(r'data-assignment="(\d+)"', text)
+            assignment = int(match.group(1)) if match else None
+
+
+def drive(
+    port: int,
+    sessions: list[dict[str, str]],
+    duration: float,
+    think: tuple[float, float] | None,
+    n_steps: int,
+    out: Any,
+) -> None:
+    """Runs in its own process: one thread per labeler."""
+    stats: dict[str, list[float]] = defaultdict(list)
+    lock = threading.Lock()
+    # Measure the real sign-in a few times (PBKDF2 by design, so not for all).
+    probe = Labeler(port, {}, stats, lock)
+    for i in range(3):
+        probe.sign_in(f"bench{i}")
+    labelers = [Labeler(port, cookies, stats, lock) for cookies in sessions]
+    deadline = time.monotonic() + duration
+    threads = [threading.Thread(target=lab.run, args=(deadline, think, n_steps), daemon=True) for lab in labelers]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(duration + 60)
+    out.send({"stats": dict(stats), "acked": sum(x.acked for x in labelers),
+              "errors": sum(x.errors for x in labelers), "wall": time.perf_counter() - t0})  # fmt: skip
+
+
+def run_load(args: argparse.Namespace, labelers: int, duration: float, think: tuple[float, float] | None,
+             first: int = 0) -> dict[str, Any]:  # fmt: skip
+    sessions = make_sessions(first, labelers)
+    receive, send = multiprocessing.Pipe(duplex=False)
+    process = multiprocessing.Process(target=drive, args=(args.port, sessions, duration, think, args.steps, send))
+    process.start()
+    result: dict[str, Any] = receive.recv()
+    process.join()
+    return result
+
+
+def _check(acked: int, stored: int) -> str:
+    return f"ratings acknowledged {acked}, stored {stored}: {'OK' if stored == acked else 'MISMATCH'}"
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
+
+
+def report(title: str, result: dict[str, Any]) -> dict[str, Any]:
+    print(f"\n== {title}: {result['wall']:.0f} s, errors {result['errors']}")
+    print(f"{'endpoint':<14}{'count':>8}{'req/s':>9}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}")
+    summary: dict[str, Any] = {}
+    for name, values in sorted(result["stats"].items()):
+        rate = len(values) / result["wall"]
+        row = {"count": len(values), "rps": rate, "p50": statistics.median(values),
+               "p95": pct(values, 95), "p99": pct(values, 99)}  # fmt: skip
+        summary[name] = row
+        print(f"{name:<14}{row['count']:>8}{rate:>9.1f}{row['p50']:>9.1f}{row['p95']:>9.1f}{row['p99']:>9.1f}")
+    total = sum(len(v) for v in result["stats"].values())
+    print(f"throughput: {total / result['wall']:.1f} requests/s, {result['acked'] / result['wall']:.1f} ratings/s")
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/annotate_bench")
+    parser.add_argument("--solutions", type=int, default=100_000)
+    parser.add_argument("--steps", type=int, default=10, help="steps per solution (history labels = solutions*steps)")
+    parser.add_argument("--rebuild", action="store_true", help="rebuild even if the database exists")
+    parser.add_argument("--mode", choices=["think", "closed", "both"], default="think")
+    parser.add_argument("--labelers", type=int, default=200)
+    parser.add_argument("--think", default="1,5", help="think time range in seconds")
+    parser.add_argument("--concurrency", default="8,16,32,64,128")
+    parser.add_argument("--duration", type=float, default=60, help="seconds per mode (closed: split over steps)")
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--access-log", action="store_true")
+    args = parser.parse_args()
+    steps = [int(c) for c in args.concurrency.split(",")]
+    args.max_labelers = max([args.labelers, *steps]) * 2
+
+    env = {**os.environ, "DATABASE_URL": args.database_url, "SECRET_KEY": "benchmark-only-secret-key-0123456789",
+           "DEBUG": "false", "SECURE_COOKIES": "false", "STATIC_ROOT": tempfile.mkdtemp(prefix="bench-static-"),
+           "DJANGO_SETTINGS_MODULE": "annotate.settings", "LOG_LEVEL": "WARNING"}  # fmt: skip
+    os.environ.update(env)
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    build(args, env)
+    server = start_server(args, env)
+    results: dict[str, Any] = {}
+    try:
+        if args.mode in ("think", "both"):
+            lo, hi = (float(x) for x in args.think.split(","))
+            before = stored_ratings(args.database_url)
+            result = run_load(args, args.labelers, args.duration, (lo, hi))
+            results["think"] = report(f"{args.labelers} labelers, think {lo}-{hi} s", result)
+            stored = stored_ratings(args.database_url) - before
+            print(_check(result["acked"], stored))
+        if args.mode in ("closed", "both"):
+            results["closed"] = {}
+            per_step = args.duration / len(steps)
+            first = 0
+            for c in steps:
+                before = stored_ratings(args.database_url)
+                result = run_load(args, c, per_step, None, first=first)
+                first += c  # fresh labelers each step
+                first %= args.max_labelers - c
+                summary = report(f"closed loop, {c} concurrent labelers", result)
+                stored = stored_ratings(args.database_url) - before
+                print(_check(result["acked"], stored))
+                results["closed"][c] = summary
+                p95 = max(summary.get("rate", {}).get("p95", 0), summary.get("submit+next", {}).get("p95", 0))
+                if p95 > 100:
+                    print(f"p95 crossed 100 ms at {c} concurrent labelers")
+                    break
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(30)
+    print(json.dumps(results, default=float)[:0])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,197 @@
+"""The task queue: which task a labeler gets next, and leases on it.
+
+A task is leased, not given. ``assignment_next`` hands out the highest-priority
+open task of an open phase-2 generation that the labeler has not had, while the
+task has fewer live assignments than ``Task.labelers_needed``; a live
+assignment is a submitted one or one whose lease has not run out. Each rating
+renews the lease (labeling.rating).
+
+Expired leases, decided rule: a lease that runs out returns the task to the
+queue, but nothing is deleted. The labeler keeps their assignment (and its
+ratings) while nobody else takes the task: asking for work again resumes it.
+When another labeler is handed the task, every lapsed in-progress assignment
+on it is marked EXPIRED; its ratings stay in the database for audit, and the
+exporter reads only submitted assignments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Count, Exists, F, IntegerField, OuterRef, Q, Subquery, Value
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from labeling.labelers import labeler_can_take_work
+from labeling.models import (
+    Assignment,
+    AssignmentStatus,
+    Generation,
+    GenerationStatus,
+    Labeler,
+    Phase,
+    Task,
+    TaskKind,
+    TaskStatus,
+)
+
+# Candidates locked per generation before giving up on it for this request;
+# a miss means another transaction assigned the row between our snapshot and
+# our lock (see _claim), which is rare, so a handful is plenty.
+_CANDIDATES_PER_GENERATION = 5
+
+
+class LabelerMayNotWork(Exception):
+    """The labeler's status does not allow them to be handed tasks."""
+
+
+def lease_expiry(*, now: datetime) -> datetime:
+    return now + timedelta(seconds=settings.LEASE_SECONDS)
+
+
+def live_assignment_q(*, now: datetime) -> Q:
+    """Assignments that occupy one of a task's ``labelers_needed`` places."""
+    return Q(status=AssignmentStatus.SUBMITTED) | Q(status=AssignmentStatus.IN_PROGRESS, lease_expires_at__gt=now)
+
+
+def assignment_next(*, labeler: Labeler, now: datetime | None = None) -> Assignment | None:
+    """The labeler's current assignment, or a newly leased one; None when the queue is empty for them."""
+    if not labeler_can_take_work(labeler):
+        raise LabelerMayNotWork(labeler.get_status_display())
+    now = now or timezone.now()
+    try:
+        return _assignment_next(labeler=labeler, now=now)
+    except IntegrityError:
+        # assignment_one_in_progress_per_labeler: a second request of the same
+        # labeler (double click, another tab) leased a task first. Its lease is
+        # now committed and visible, so the retry returns it.
+        return _assignment_next(labeler=labeler, now=now)
+
+
+def _assignment_next(*, labeler: Labeler, now: datetime) -> Assignment | None:
+    with transaction.atomic():
+        current = _resume_current(labeler=labeler, now=now)
+        if current is not None:
+            return current
+        generation_ids = list(
+            Generation.objects.filter(status=GenerationStatus.OPEN, phase=Phase.TWO)
+            .order_by("number")
+            .values_list("pk", flat=True)
+        )
+        best: _Claim | None = None
+        for generation_id in generation_ids:
+            claim = _claim_in_generation(generation_id=generation_id, labeler=labeler, now=now)
+            if claim is not None and (best is None or claim.order < best.order):
+                best = claim
+        if best is None:
+            return None
+        if best.lapsed:
+            # They lost the lease (it ran out) and someone else now has the task.
+            Assignment.objects.filter(
+                task=best.task, status=AssignmentStatus.IN_PROGRESS, lease_expires_at__lte=now
+            ).update(status=AssignmentStatus.EXPIRED)
+        return Assignment.objects.create(
+            task=best.task,
+            labeler=labeler,
+            status=AssignmentStatus.IN_PROGRESS,
+            started_at=now,
+            last_activity_at=now,
+            lease_expires_at=lease_expiry(now=now),
+            total_time_ms=0,
+        )
+
+
+def _resume_current(*, labeler: Labeler, now: datetime) -> Assignment | None:
+    current = Assignment.objects.filter(labeler=labeler, status=AssignmentStatus.IN_PROGRESS).first()
+    if current is None:
+        return None
+    if current.lease_expires_at is not None and current.lease_expires_at > now:
+        # A live lease is never handed over, so renewing it needs no lock:
+        # the condition in the UPDATE is the whole check.
+        renewed = lease_expiry(now=now)
+        if Assignment.objects.filter(
+            pk=current.pk, status=AssignmentStatus.IN_PROGRESS, lease_expires_at__gt=now
+        ).update(lease_expires_at=renewed):
+            current.lease_expires_at = renewed
+            return current
+    # Lock order is task, then assignment, everywhere (here, labeling.rating
+    # and _claim's expiry update), so a rating and a hand-over of the same
+    # task wait for each other instead of deadlocking.
+    Task.objects.select_for_update().filter(pk=current.task_id).values_list("pk").first()
+    current = Assignment.objects.select_for_update().filter(pk=current.pk).first()
+    if current is None or current.status != AssignmentStatus.IN_PROGRESS:
+        return None
+    # A lapsed lease that is still IN_PROGRESS was not handed to anyone else
+    # (hand-over marks it EXPIRED), so resuming cannot over-assign the task.
+    current.lease_expires_at = lease_expiry(now=now)
+    current.save(update_fields=["lease_expires_at"])
+    return current
+
+
+@dataclass(frozen=True)
+class _Claim:
+    task: Task
+    lapsed: int  # in-progress assignments on the task whose lease ran out
+
+    @property
+    def order(self) -> tuple[float, int]:
+        return (-self.task.priority, self.task.pk)
+
+
+def _claim_in_generation(*, generation_id: int, labeler: Labeler, now: datetime) -> _Claim | None:
+    live_count = Coalesce(
+        Subquery(
+            Assignment.objects.filter(live_assignment_q(now=now), task_id=OuterRef("pk"))
+            .order_by()
+            .values("task_id")
+            .annotate(n=Count("pk"))
+            .values("n"),
+            output_field=IntegerField(),
+        ),
+        Value(0),
+    )
+    candidates = (
+        # Screening items are served by the screening gate, not the normal queue.
+        Task.objects.filter(generation_id=generation_id, status=TaskStatus.OPEN)
+        .exclude(kind=TaskKind.SCREENING)
+        .alias(live=live_count)
+        .filter(live__lt=F("labelers_needed"))
+        .exclude(Exists(Assignment.objects.filter(task_id=OuterRef("pk"), labeler=labeler)))
+        # Served by task_queue_idx (generation, status, -priority, id): an
+        # ordered index scan that stops at the first row passing the filters.
+        .order_by("-priority", "pk")
+    )
+    tried: list[int] = []
+    for _ in range(_CANDIDATES_PER_GENERATION):
+        # Two labelers asking at the same moment must not both take a task
+        # that needs one labeler: lock the candidate row, and let concurrent
+        # requests skip rows that are being handed out instead of queueing
+        # behind them (SQLite ignores this; its IMMEDIATE transactions already
+        # serialise writers).
+        task = candidates.exclude(pk__in=tried).select_for_update(skip_locked=True).first()
+        if task is None:
+            return None
+        claim = _still_free(task=task, labeler=labeler, now=now)
+        if claim is not None:
+            return claim
+        tried.append(task.pk)
+    return None
+
+
+def _still_free(*, task: Task, labeler: Labeler, now: datetime) -> _Claim | None:
+    # The candidate query ran on a snapshot taken before we held the lock: a
+    # transaction that leased this task and committed between that snapshot
+    # and our lock is invisible to it. Under READ COMMITTED this new statement
+    # sees every such commit, and anyone leasing the task from now on needs
+    # the lock we hold.
+    counts = Assignment.objects.filter(task=task).aggregate(
+        live=Count("pk", filter=live_assignment_q(now=now)),
+        mine=Count("pk", filter=Q(labeler=labeler)),
+        lapsed=Count("pk", filter=Q(status=AssignmentStatus.IN_PROGRESS, lease_expires_at__lte=now)),
+    )
+    if counts["mine"] == 0 and counts["live"] < task.labelers_needed:
+        return _Claim(task=task, lapsed=counts["lapsed"])
+    return None

@@ -1,0 +1,158 @@
+"""Reads for the labeler pages: counts, the task screen, one's own assignments."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, time
+
+from django.db.models import Count, Q, QuerySet
+from django.utils import timezone
+
+from labeling.models import Assignment, AssignmentStatus, FinishReason, Labeler, Problem, StepRating
+from labeling.progress import Progress, progress_compute
+
+
+@dataclass(frozen=True)
+class LabelerStats:
+    solutions_today: int
+    solutions_total: int
+    steps_today: int
+    steps_total: int
+
+
+def labeler_stats(*, labeler: Labeler, now: datetime | None = None) -> LabelerStats:
+    now = now or timezone.now()
+    today = timezone.make_aware(datetime.combine(timezone.localdate(now), time.min))
+    solutions = Assignment.objects.filter(labeler=labeler, status=AssignmentStatus.SUBMITTED).aggregate(
+        total=Count("pk"), today=Count("pk", filter=Q(submitted_at__gte=today))
+    )
+    # A step label is one rated completion (the step itself or an alternative),
+    # as PRM800K counts them; ratings of expired leases do not count.
+    steps = StepRating.objects.filter(
+        step__assignment__labeler=labeler,
+        step__assignment__status__in=[AssignmentStatus.SUBMITTED, AssignmentStatus.IN_PROGRESS],
+        rating__isnull=False,
+    ).aggregate(total=Count("pk"), today=Count("pk", filter=Q(updated_at__gte=today)))
+    return LabelerStats(
+        solutions_today=solutions["today"],
+        solutions_total=solutions["total"],
+        steps_today=steps["today"],
+        steps_total=steps["total"],
+    )
+
+
+def assignments_of(*, labeler: Labeler) -> QuerySet[Assignment]:
+    """The only way views look up an assignment: another labeler's id is simply not found."""
+    return Assignment.objects.filter(labeler=labeler).select_related("task__solution__problem")
+
+
+def assignment_current(*, labeler: Labeler) -> Assignment | None:
+    return Assignment.objects.filter(labeler=labeler, status=AssignmentStatus.IN_PROGRESS).first()
+
+
+@dataclass(frozen=True)
+class CompletionRow:
+    step_index: int
+    completion_index: int
+    text: str
+    rating: int | None
+    flagged: bool
+    is_current: bool
+
+
+@dataclass(frozen=True)
+class StepRow:
+    own: CompletionRow
+    alternatives: list[CompletionRow] = field(default_factory=list)
+    is_error: bool = False
+
+    @property
+    def index(self) -> int:
+        return self.own.step_index
+
+    @property
+    def number(self) -> int:
+        return self.own.step_index + 1
+
+
+@dataclass(frozen=True)
+class TaskScreen:
+    assignment: Assignment
+    problem: Problem
+    rows: list[StepRow]
+    progress: Progress
+    # Highest rating version stored for this assignment: the page numbers its
+    # next click above it, and drops an htmx response older than one it has.
+    version: int
+    step_count: int
+
+    @property
+    def ready_reason(self) -> FinishReason | None:
+        return self.progress.ready_reason
+
+    @property
+    def answer_tex(self) -> str:
+        return "\\boxed{" + (self.problem.answer or "") + "}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.assignment.status == AssignmentStatus.IN_PROGRESS
+
+    @property
+    def current_key(self) -> str:
+        """DOM id of the completion the keyboard acts on first, or of the submit button."""
+        for row in self.rows:
+            for completion in [row.own, *row.alternatives]:
+                if completion.is_current:
+                    return f"c-{completion.step_index}-{completion.completion_index}"
+        return "finish"
+
+
+def task_screen(*, assignment: Assignment) -> TaskScreen:
+    solution = assignment.task.solution
+    steps: list[str] = solution.steps or []
+    ratings = list(
+        StepRating.objects.filter(step__assignment=assignment)
+        .order_by("step__index", "completion_index")
+        .values_list("step__index", "completion_index", "text", "rating", "flagged", "version")
+    )
+    own = {i: r for i, c, _t, r, _f, _v in ratings if c == 0}
+    first = progress_compute(step_count=len(steps), own_ratings=own, alternative_ratings={})
+    alternatives = {c: r for i, c, _t, r, _f, _v in ratings if c > 0 and i == first.stop_index}
+    progress = progress_compute(step_count=len(steps), own_ratings=own, alternative_ratings=alternatives)
+    version = max([assignment.ratings_reset_version, *(v for *_rest, v in ratings)])
+
+    open_ = assignment.status == AssignmentStatus.IN_PROGRESS
+    by_index: dict[int, list[CompletionRow]] = {}
+    first_pending_alt = progress.alternatives_pending[0] if progress.alternatives_pending else None
+    for i, c, text, rating, flagged, _v in ratings:
+        current = open_ and c > 0 and c == first_pending_alt and i == progress.stop_index
+        by_index.setdefault(i, []).append(CompletionRow(i, c, text, rating, bool(flagged), current))
+
+    rows: list[StepRow] = []
+    # Revealed steps: every labeled one, plus the next unrated step while labeling.
+    last_shown = min(progress.stop_index, len(steps) - 1)
+    if not open_:
+        last_shown = max(by_index, default=-1)
+    for i in range(last_shown + 1):
+        completions = by_index.get(i, [])
+        own_row = next((c for c in completions if c.completion_index == 0), None)
+        if own_row is None:
+            own_row = CompletionRow(i, 0, steps[i], None, False, False)
+        if open_ and i == progress.stop_index and not progress.stopped_at_error and own_row.rating is None:
+            own_row = CompletionRow(i, 0, own_row.text, own_row.rating, own_row.flagged, True)
+        rows.append(
+            StepRow(
+                own=own_row,
+                alternatives=[c for c in completions if c.completion_index > 0],
+                is_error=progress.stopped_at_error and i == progress.stop_index,
+            )
+        )
+    return TaskScreen(
+        assignment=assignment,
+        problem=solution.problem,
+        rows=rows,
+        progress=progress,
+        version=version,
+        step_count=len(steps),
+    )

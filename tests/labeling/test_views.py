@@ -1,0 +1,239 @@
+"""Labeler pages: sign-in, home, guide, the task screen and its htmx endpoints."""
+
+from __future__ import annotations
+
+from html import escape
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from labeling.models import Assignment, AssignmentStatus, Labeler, LabelerStatus, StepRating
+from tests.labeling.workflow_factories import (
+    STEPS,
+    make_generation,
+    make_labeler,
+    make_task,
+)
+
+pytestmark = pytest.mark.django_db
+HX = {"HTTP_HX_REQUEST": "true"}
+
+
+def _client(labeler: Labeler) -> Client:
+    client = Client()
+    client.force_login(labeler.user)
+    return client
+
+
+def _started(**task_kwargs) -> tuple[Client, Assignment]:
+    make_task(generation=make_generation(), **task_kwargs)
+    labeler = make_labeler()
+    client = _client(labeler)
+    response = client.post(reverse("next-task"))
+    assert response.status_code == 302
+    return client, Assignment.objects.get(labeler=labeler)
+
+
+def _rate(client: Client, a: Assignment, step: int, rating: int | str, version: int, *, completion: int = 0, **extra):
+    url = reverse("rate", args=[a.pk, step, completion])
+    return client.post(url, {"set_rating": rating, "flagged": "0", "version": version}, **extra)
+
+
+def test_it_asks_to_sign_in():
+    for name, args in [("home", []), ("task", [1])]:
+        response = Client().get(reverse(name, args=args))
+        assert response.status_code == 302
+        assert response["Location"].startswith(reverse("login"))
+
+
+def test_it_signs_in_with_a_password():
+    make_labeler(name="ann")
+    response = Client().post(reverse("login"), {"username": "ann", "password": "pw-for-tests-1"})
+    assert response.status_code == 302
+    assert response["Location"] == reverse("home")
+
+
+def test_it_creates_a_labeler_on_first_visit_and_shows_status_and_counts():
+    from django.contrib.auth.models import User
+
+    user = User.objects.create_user(username="new", password="pw-for-tests-1")
+    client = Client()
+    client.force_login(user)
+    response = client.get(reverse("home"))
+    assert response.status_code == 200
+    assert Labeler.objects.get(user=user).status == LabelerStatus.SCREENING
+    body = response.content.decode()
+    assert "Start labeling" in body
+    assert "in screening" in body
+    assert 'data-stat="steps-total">0<' in body
+    assert reverse("guide") in body
+
+
+def test_it_counts_solutions_and_steps_on_home():
+    client, a = _started()
+    _rate(client, a, 0, 1, 1)
+    _rate(client, a, 1, -1, 2)
+    client.post(reverse("submit", args=[a.pk]))
+    body = client.get(reverse("home")).content.decode()
+    assert 'data-stat="solutions-today">1<' in body
+    assert 'data-stat="steps-total">2<' in body
+
+
+def test_it_offers_no_work_to_a_suspended_labeler():
+    make_task(generation=make_generation())
+    client = _client(make_labeler(status=LabelerStatus.SUSPENDED))
+    assert "Start labeling" not in client.get(reverse("home")).content.decode()
+    assert client.post(reverse("next-task")).status_code == 403
+    assert not Assignment.objects.exists()
+
+
+def test_it_shows_the_guide_to_anyone():
+    response = Client().get(reverse("guide"))
+    assert response.status_code == 200
+    assert "Flag it" in response.content.decode()
+
+
+def test_it_needs_post_to_take_work_or_rate():
+    client, a = _started()
+    assert client.get(reverse("next-task")).status_code == 405
+    assert client.get(reverse("rate", args=[a.pk, 0, 0])).status_code == 405
+    assert client.get(reverse("submit", args=[a.pk])).status_code == 405
+    assert client.get(reverse("give-up", args=[a.pk])).status_code == 405
+    assert client.post(reverse("task", args=[a.pk])).status_code == 405
+
+
+def test_it_says_when_the_queue_is_empty():
+    client = _client(make_labeler())
+    response = client.post(reverse("next-task"), follow=True)
+    assert "No tasks are waiting" in response.content.decode()
+
+
+def test_it_shows_the_problem_and_expected_answer_but_not_the_reference_solution():
+    client, a = _started(answer="\\frac{1}{2}")
+    body = client.get(reverse("task", args=[a.pk])).content.decode()
+    assert a.task.solution.problem.problem in body
+    assert "\\boxed{\\frac{1}{2}}" in body
+    assert "hidden ref" not in body
+    assert escape(STEPS[0]) in body
+    assert escape(STEPS[1]) not in body  # steps are revealed one at a time
+
+
+def test_it_escapes_step_text():
+    client, a = _started(steps=["It costs $5 and <script>alert(1)</script> $7."])
+    body = client.get(reverse("task", args=[a.pk])).content.decode()
+    assert "<script>alert(1)" not in body
+    assert "&lt;script&gt;" in body
+
+
+def test_it_saves_a_rating_and_returns_the_panel_to_htmx():
+    client, a = _started()
+    response = _rate(client, a, 0, 1, 1, **HX)
+    assert response.status_code == 200
+    assert response["X-Rating-Version"] == f"{a.pk}:1"
+    body = response.content.decode()
+    assert body.lstrip().startswith('<section id="task"')
+    assert "<html" not in body
+    assert escape(STEPS[1]) in body  # the next step is revealed
+    assert StepRating.objects.get().rating == 1
+
+
+def test_it_redirects_a_plain_form_post_back_to_the_task():
+    client, a = _started()
+    response = _rate(client, a, 0, 0, 1)
+    assert response.status_code == 302
+    assert response["Location"] == reverse("task", args=[a.pk]) + "#step-0"
+
+
+def test_it_resumes_at_the_same_step_after_a_reload():
+    client, a = _started()
+    _rate(client, a, 0, 1, 1, **HX)
+    client.post(reverse("rate", args=[a.pk, 1, 0]), {"rating": "", "set_flagged": "1", "version": 2}, **HX)
+    body = client.get(reverse("task", args=[a.pk])).content.decode()
+    assert 'data-current="c-1-0"' in body
+    assert 'data-version="2"' in body
+    assert 'name="version" value="3"' in body
+    assert body.count('class="flag on"') == 1
+
+
+def test_it_answers_404_for_another_labelers_assignment_and_changes_nothing():
+    _owner, a = _started()
+    intruder = _client(make_labeler())
+    assert intruder.get(reverse("task", args=[a.pk])).status_code == 404
+    assert _rate(intruder, a, 0, 1, 1).status_code == 404
+    assert intruder.post(reverse("submit", args=[a.pk])).status_code == 404
+    assert intruder.post(reverse("give-up", args=[a.pk]), {"reason": "mine now"}).status_code == 404
+    a.refresh_from_db()
+    assert a.status == AssignmentStatus.IN_PROGRESS
+    assert not StepRating.objects.exists()
+
+
+def test_it_refuses_a_step_that_is_not_reached_yet():
+    client, a = _started()
+    response = _rate(client, a, 3, 1, 1, **HX)
+    assert response.status_code == 409
+    assert "earlier steps" in response.content.decode()
+
+
+def test_it_rejects_a_malformed_rating():
+    client, a = _started()
+    assert _rate(client, a, 0, 7, 1).status_code == 400
+    assert _rate(client, a, 0, 1, 0).status_code == 400  # versions start at 1
+    assert not StepRating.objects.exists()
+
+
+def test_it_submits_and_hands_out_the_next_task_to_htmx():
+    client, a = _started()
+    second = make_task(generation=a.task.generation)
+    _rate(client, a, 0, -1, 1, **HX)
+    response = client.post(reverse("submit", args=[a.pk]), **HX)
+    assert response.status_code == 200
+    following = Assignment.objects.get(task=second)
+    assert response["HX-Push-Url"] == reverse("task", args=[following.pk])
+    assert "Saved. Here is your next task." in response.content.decode()
+    a.refresh_from_db()
+    assert (a.status, a.finish_reason) == (AssignmentStatus.SUBMITTED, "found_error")
+
+
+def test_it_submits_and_redirects_without_js():
+    client, a = _started()
+    _rate(client, a, 0, -1, 1)
+    response = client.post(reverse("submit", args=[a.pk]))
+    assert response.status_code == 302
+    assert response["Location"] == reverse("home")  # nothing else queued
+
+
+def test_it_refuses_to_submit_an_unfinished_task():
+    client, a = _started()
+    response = client.post(reverse("submit", args=[a.pk]), **HX)
+    assert response.status_code == 409
+    a.refresh_from_db()
+    assert a.status == AssignmentStatus.IN_PROGRESS
+
+
+def test_it_makes_a_submitted_task_read_only():
+    client, a = _started()
+    _rate(client, a, 0, -1, 1)
+    client.post(reverse("submit", args=[a.pk]))
+    response = _rate(client, a, 0, 1, 2, **HX)
+    assert response.status_code == 409
+    assert "already submitted" in response.content.decode()
+    page = client.get(reverse("task", args=[a.pk])).content.decode()
+    assert "can no longer be changed" in page
+    assert "disabled" in page
+    assert StepRating.objects.get().rating == -1
+
+
+@pytest.mark.parametrize(("url_name", "reason"), [("give-up", "give_up"), ("bad-problem", "bad_problem")])
+def test_it_needs_a_reason_to_give_up_or_report_a_bad_problem(url_name, reason):
+    client, a = _started()
+    response = client.post(reverse(url_name, args=[a.pk]), {"reason": "  "}, **HX)
+    assert response.status_code == 422
+    assert "Say briefly why" in response.content.decode()
+    a.refresh_from_db()
+    assert a.status == AssignmentStatus.IN_PROGRESS
+
+    response = client.post(reverse(url_name, args=[a.pk]), {"reason": "the answer key is wrong"})
+    assert response.status_code == 302
+    a.refresh_from_db()
+    assert (a.status, a.finish_reason, a.finish_reason_text) == ("submitted", reason, "the answer key is wrong")
