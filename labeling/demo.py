@@ -50,7 +50,7 @@ from labeling.models import (
     Split,
     Task,
     TaskKind,
-    steps_sha256,
+    content_sha256,
     text_sha256,
 )
 
@@ -75,7 +75,7 @@ _HEADER_LINE = re.compile(r"^\s*step-wise solution:\s*$", re.IGNORECASE)
 _BEGIN_ENV = re.compile(r"\\begin\{[^}]*\}")
 _END_ENV = re.compile(r"\\end\{[^}]*\}")
 _BOXED = "\\boxed"
-# (problem pk, steps_sha256, source_model): the solution_unique_per_problem key.
+# (problem pk, content_sha256, source_model): the solution_unique_per_problem key.
 _SolutionKey = tuple[int, str, str]
 
 
@@ -259,7 +259,8 @@ def read_champ(*, solutions_per_problem: int | None) -> list[DemoProblem]:
             source_model = str(message.role)[len(_MODEL_ROLE_PREFIX) :]
             # Two conditions can yield the same text from the same model; the
             # database keeps one (solution_unique_per_problem), so do we.
-            identity = (steps_sha256(steps), source_model)
+            final_answer = extract_final_answer(steps)
+            identity = (content_sha256(steps, final_answer), source_model)
             if identity in seen:
                 continue
             seen.add(identity)
@@ -268,7 +269,7 @@ def read_champ(*, solutions_per_problem: int | None) -> list[DemoProblem]:
                     conversation=key,
                     source_model=source_model,
                     steps=steps,
-                    final_answer=extract_final_answer(steps),
+                    final_answer=final_answer,
                 )
             )
         reference_steps = item.solution.steps if item.solution and item.solution.steps else []
@@ -381,21 +382,21 @@ def demo_load(
         solution_pk: dict[_SolutionKey, int] = {
             (problem_id, sha, model): pk
             for pk, problem_id, sha, model in Solution.objects.filter(problem_id__in=problem_pk.values()).values_list(
-                "pk", "problem_id", "steps_sha256", "source_model"
+                "pk", "problem_id", "content_sha256", "source_model"
             )
         }
         selected: list[tuple[_SolutionKey, DemoProblem, DemoSolution]] = []
         new_solutions: list[Solution] = []
         for p in demo_problems:
             for s in p.solutions:
-                key = (problem_pk[p.unique_id], steps_sha256(s.steps), s.source_model)
+                key = (problem_pk[p.unique_id], content_sha256(s.steps, s.final_answer), s.source_model)
                 selected.append((key, p, s))
                 if key not in solution_pk:
                     new_solutions.append(
                         Solution(
                             problem_id=key[0],
                             steps=s.steps,
-                            steps_sha256=key[1],
+                            content_sha256=key[1],
                             final_answer=s.final_answer,
                             source_model=s.source_model,
                         )
@@ -407,7 +408,7 @@ def demo_load(
                 (problem_id, sha, model): pk
                 for pk, problem_id, sha, model in Solution.objects.filter(
                     problem_id__in=problem_pk.values()
-                ).values_list("pk", "problem_id", "steps_sha256", "source_model")
+                ).values_list("pk", "problem_id", "content_sha256", "source_model")
             }
         say(f"Solutions: {len(new_solutions)} created, {len(selected) - len(new_solutions)} already there")
 

@@ -36,7 +36,7 @@ from labeling.models import (
     Task,
     TaskKind,
     TaskStatus,
-    steps_sha256,
+    content_sha256,
     text_sha256,
 )
 from labeling.prm800k import Record, RecordError, iter_json_objects, iter_records
@@ -315,11 +315,11 @@ def solutions_import(*, paths: Iterable[Path], dry_run: bool = False, progress: 
 def _write_solutions(rows: list[SolutionRow], problem_ids: dict[str, int], result: ImportResult) -> None:
     if not rows:
         return
-    keyed = {(problem_ids[r.problem_id], steps_sha256(list(r.steps)), r.model): r for r in rows}
+    keyed = {(problem_ids[r.problem_id], content_sha256(list(r.steps), r.answer), r.model): r for r in rows}
     existing = set(
         Solution.objects.filter(
-            problem_id__in={k[0] for k in keyed}, steps_sha256__in={k[1] for k in keyed}
-        ).values_list("problem_id", "steps_sha256", "source_model")
+            problem_id__in={k[0] for k in keyed}, content_sha256__in={k[1] for k in keyed}
+        ).values_list("problem_id", "content_sha256", "source_model")
     )
     new_keys = [k for k in keyed if k not in existing]
     created = Solution.objects.bulk_create(
@@ -327,7 +327,7 @@ def _write_solutions(rows: list[SolutionRow], problem_ids: dict[str, int], resul
             Solution(
                 problem_id=k[0],
                 steps=list(keyed[k].steps),
-                steps_sha256=k[1],
+                content_sha256=k[1],
                 final_answer=keyed[k].answer,
                 source_model=k[2],
             )
@@ -387,7 +387,7 @@ class _Prm800kWriter:
     def __init__(self, result: ImportResult) -> None:
         self.result = result
         self.problems: dict[tuple[str, str | None, str | None], int] = {}
-        self.solutions: dict[tuple[int, str], tuple[int, str | None]] = {}
+        self.solutions: dict[tuple[int, str], int] = {}
         self.generations: dict[int | None, int] = {}
         self.labelers: dict[uuid.UUID, int] = {}
         self.tasks: dict[tuple[int, int, str], list[_TaskSlot]] = {}
@@ -545,41 +545,29 @@ class _Prm800kWriter:
         for _, _, record in batch:
             problem_id = self.problems[(record.problem, record.ground_truth_solution, record.ground_truth_answer)]
             steps = list(record.pre_generated_steps) if record.pre_generated_steps is not None else None
-            key = (problem_id, steps_sha256(steps))
+            key = (problem_id, content_sha256(steps, record.pre_generated_answer))
             keys.append(key)
             if key not in self.solutions:
                 wanted.setdefault(key, record)
         if wanted:
-            for pk, problem_id, digest, answer in Solution.objects.filter(
-                problem_id__in={k[0] for k in wanted}, steps_sha256__in={k[1] for k in wanted}, source_model=""
-            ).values_list("id", "problem_id", "steps_sha256", "final_answer"):
-                self.solutions[(problem_id, digest)] = (pk, answer)
+            for pk, problem_id, digest in Solution.objects.filter(
+                problem_id__in={k[0] for k in wanted}, content_sha256__in={k[1] for k in wanted}, source_model=""
+            ).values_list("id", "problem_id", "content_sha256"):
+                self.solutions[(problem_id, digest)] = pk
             to_create = {
                 key: {
                     "problem_id": key[0],
                     "steps": list(r.pre_generated_steps) if r.pre_generated_steps is not None else None,
-                    "steps_sha256": key[1],
+                    "content_sha256": key[1],
                     "final_answer": r.pre_generated_answer,
                 }
                 for key, r in wanted.items()
                 if key not in self.solutions
             }
             new_ids = insert_rows(Solution, list(to_create.values()))
-            for key, pk in zip(to_create, new_ids, strict=True):
-                self.solutions[key] = (pk, wanted[key].pre_generated_answer)
+            self.solutions.update(zip(to_create, new_ids, strict=True))
             self.result.created["solutions"] += len(to_create)
-        ids = []
-        for (source, line, record), key in zip(batch, keys, strict=True):
-            solution_id, final_answer = self.solutions[key]
-            if final_answer != record.pre_generated_answer:
-                raise RecordError(
-                    source=source,
-                    line=line,
-                    field="question.pre_generated_answer",
-                    message=f"{record.pre_generated_answer!r} differs from {final_answer!r} stored for the same steps",
-                )
-            ids.append(solution_id)
-        return ids
+        return [self.solutions[key] for key in keys]
 
     def _slots_for(self, records: list[Record], solution_ids: list[int]) -> list[_TaskSlot | None]:
         """The task each record's assignment joins (None: the record is already imported)."""

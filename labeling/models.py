@@ -20,11 +20,14 @@ def text_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def steps_sha256(steps: list[str] | None) -> str:
-    # The separator cannot occur inside a JSON-decoded step, so distinct step
-    # lists always hash differently (["a\nb"] vs ["a", "b"]).
-    joined = "\x00".join(steps) if steps is not None else "\x01phase-1"
-    return text_sha256(joined)
+def content_sha256(steps: list[str] | None, final_answer: str | None) -> str:
+    """Identity of a solution's content: its steps and its final answer.
+
+    NUL cannot occur in stored text, so distinct step lists always hash
+    differently (["a\nb"] vs ["a", "b"]); \x01 marks a null.
+    """
+    parts = ["\x01" if steps is None else "\x00".join(steps), "\x01" if final_answer is None else final_answer]
+    return text_sha256("\x02".join(parts))
 
 
 class Split(models.TextChoices):
@@ -64,7 +67,8 @@ class Solution(models.Model):
 
     problem = models.ForeignKey(Problem, on_delete=models.CASCADE, related_name="solutions")
     steps = models.JSONField(null=True, blank=True)
-    steps_sha256 = models.CharField(max_length=64, editable=False)
+    # content_sha256(steps, final_answer): the same content is one solution.
+    content_sha256 = models.CharField(max_length=64, editable=False)
     final_answer = models.TextField(null=True, blank=True)
     source_model = models.CharField(max_length=200, blank=True, default="")
     # Null until graded; set by answer grading against Problem.answer.
@@ -78,7 +82,7 @@ class Solution(models.Model):
             # The same text for the same problem is one solution: re-importing a
             # pool, or the same solution seen in several generations, reuses it.
             models.UniqueConstraint(
-                fields=["problem", "steps_sha256", "source_model"], name="solution_unique_per_problem"
+                fields=["problem", "content_sha256", "source_model"], name="solution_unique_per_problem"
             ),
         ]
 

@@ -88,7 +88,18 @@
     form.elements.version.value = String(seq);
     reflect(form);
     flash("");
-    if (window.htmx) window.htmx.trigger(form, "submit"); else form.submit();
+    post(form);
+  }
+
+  // Post a form of the panel through htmx. htmx.ajax rather than triggering
+  // the form's own handler: a key pressed right after a swap reaches a form
+  // that htmx has not processed yet, and a triggered "submit" would then be
+  // silently lost while the page already shows the new state.
+  function post(form) {
+    if (!window.htmx) { form.submit(); return; }
+    window.htmx.ajax("POST", form.getAttribute("hx-post") || form.action, {
+      source: form, target: "#task", swap: "outerHTML"
+    });
   }
 
   function move(delta) {
@@ -110,7 +121,7 @@
       case "ArrowDown": case "j": move(1); return;
       case "Enter":
         var finish = document.getElementById("finish");
-        if (finish) { if (window.htmx) window.htmx.trigger(finish, "submit"); else finish.submit(); }
+        if (finish) post(finish);
         return;
     }
   }

@@ -21,7 +21,7 @@ from tests.conftest import WorkerProcess
 def test_a_worker_process_runs_an_export_job(celery_worker_process: WorkerProcess, tmp_path: Path) -> None:
     # Something to export: one submitted assignment.
     problem = Problem.objects.create(unique_id="p1", problem="What is $1+1$?", answer="2")
-    solution = Solution.objects.create(problem=problem, steps=["$1+1=2$"], steps_sha256="x", final_answer="2")
+    solution = Solution.objects.create(problem=problem, steps=["$1+1=2$"], content_sha256="x", final_answer="2")
     task = Task.objects.create(generation=Generation.objects.create(number=0), solution=solution)
     labeler = Labeler.objects.create()
     task.assignments.create(labeler=labeler, status="submitted", finish_reason="solution", total_time_ms=5)

@@ -23,7 +23,7 @@ from labeling.models import (
     Task,
     TaskKind,
     TaskStatus,
-    steps_sha256,
+    content_sha256,
     text_sha256,
 )
 
@@ -135,7 +135,7 @@ def test_load_demo_creates_real_problems_solutions_tasks_and_logins():
     assert {s.source_model for s in solutions} <= {"GPT-3.5", "GPT-4", "GPT-4 Turbo", "PaLM 2 Medium"}
     for solution in solutions:
         assert solution.steps and all(step.strip() == step and step for step in solution.steps)
-        assert solution.steps_sha256 == steps_sha256(solution.steps)
+        assert solution.content_sha256 == content_sha256(solution.steps, solution.final_answer)
         assert solution.final_answer
         assert solution.is_correct is None
     assert sum(1 for s in solutions if s.step_count > 1) > 0.9 * len(solutions)
