@@ -83,7 +83,7 @@ def build(args: argparse.Namespace, env: dict[str, str]) -> None:
                 SELECT 'bench/' || i, 'Find $x$ if $x^2 = ' || (i::bigint * i) || '$ and $x > 0$. (' || i || ')',
                        md5(i::text), 'reference', i::text, 'Algebra', 'train', now()
                 FROM generate_series(1, {n}) AS i""",
-            f"""INSERT INTO labeling_solution (problem_id, steps, steps_sha256, final_answer, source_model,
+            f"""INSERT INTO labeling_solution (problem_id, steps, content_sha256, final_answer, source_model,
                 grading_note, created_at)
                 SELECT p.id, (SELECT jsonb_agg('Step ' || j || ': so $x_{{' || j || '}} = \\frac{{' || p.id || '}}{{'
                     || j || '}}$.') FROM generate_series(1, {k}) AS j), md5('s' || p.id), p.id::text, 'bench', '',

