@@ -245,6 +245,14 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_DEFAULT_QUEUE = "cpu"
 CELERY_TASK_ALWAYS_EAGER = envbool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# GPU work (training, scoring) runs on one-process-per-GPU workers; everything else on
+# the CPU fleet. Tests send to a private queue explicitly, which overrides these.
+CELERY_TASK_ROUTES = {
+    "activelearn.tasks.train_checkpoint_task": {"queue": "gpu"},
+    "activelearn.tasks.score_chunk_task": {"queue": "gpu"},
+    "activelearn.tasks.grade_chunk_task": {"queue": "cpu"},
+    "activelearn.tasks.evaluate_checkpoint_task": {"queue": "cpu"},
+}
 
 # --- Models and files -----------------------------------------------------
 # Where trained PRM checkpoints go, and where backbones may be read from.
@@ -273,3 +281,54 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
 }
+
+# --- Quality control (labeling.quality, labeling.queue; docs/quality.md) ---
+# The screening set: the first N open screening tasks of generation -1, in
+# queue order; every new labeler labels all of them before anything else.
+SCREENING_SET_SIZE = envint("SCREENING_SET_SIZE", 30, minimum=1)
+# Share of screening solutions that must agree with gold to be admitted.
+SCREENING_PASS_THRESHOLD = envfloat("SCREENING_PASS_THRESHOLD", 0.75, minimum=0.0, maximum=1.0)
+# Probability that a next-task call serves an unseen QC item instead of normal work.
+QC_RATE = envfloat("QC_RATE", 0.1, minimum=0.0, maximum=1.0)
+# Bounds on the QC pool of one generation (quality_control_set_create).
+QC_ITEMS_MIN = envint("QC_ITEMS_MIN", 10, minimum=1)
+QC_ITEMS_MAX = envint("QC_ITEMS_MAX", 20, minimum=1)
+# Rolling quality: the last QC_WINDOW QC items since the labeler was last
+# admitted or reinstated; judged once at least QC_MIN_ITEMS are in it.
+QC_WINDOW = envint("QC_WINDOW", 20, minimum=1)
+QC_MIN_ITEMS = envint("QC_MIN_ITEMS", 10, minimum=1)
+# Suspended automatically when rolling agreement falls below this.
+QC_SUSPEND_BELOW = envfloat("QC_SUSPEND_BELOW", 0.6, minimum=0.0, maximum=1.0)
+# Share of normal tasks labeled by two people (inter-annotator agreement).
+OVERLAP_SHARE = envfloat("OVERLAP_SHARE", 0.1, minimum=0.0, maximum=1.0)
+
+# --- Step generation (phase 1 candidate next steps; docs/step-generation.md) ----
+# "openai": an OpenAI-compatible /v1/completions server (vLLM); "local": a causal LM
+# directory loaded in the GPU worker; "none": no candidates are generated.
+STEPGEN_BACKEND = envstr("STEPGEN_BACKEND", "none")
+if STEPGEN_BACKEND not in {"openai", "local", "none"}:
+    raise ImproperlyConfigured(f"STEPGEN_BACKEND={STEPGEN_BACKEND!r} must be openai, local or none")
+STEPGEN_OPENAI_BASE_URL = envstr("STEPGEN_OPENAI_BASE_URL", "")
+STEPGEN_OPENAI_MODEL = envstr("STEPGEN_OPENAI_MODEL", "")
+STEPGEN_OPENAI_API_KEY = envstr("STEPGEN_OPENAI_API_KEY", "")
+if STEPGEN_BACKEND == "openai" and not (STEPGEN_OPENAI_BASE_URL and STEPGEN_OPENAI_MODEL):
+    raise ImproperlyConfigured("STEPGEN_BACKEND=openai needs STEPGEN_OPENAI_BASE_URL and STEPGEN_OPENAI_MODEL")
+STEPGEN_LOCAL_MODEL_DIR = envstr("STEPGEN_LOCAL_MODEL_DIR", "")
+if STEPGEN_BACKEND == "local" and not STEPGEN_LOCAL_MODEL_DIR:
+    raise ImproperlyConfigured("STEPGEN_BACKEND=local needs STEPGEN_LOCAL_MODEL_DIR")
+STEPGEN_LOCAL_DEVICE = envstr("STEPGEN_LOCAL_DEVICE", "")  # "" = cuda when available
+STEPGEN_PROMPT_TEMPLATE_FILE = envstr("STEPGEN_PROMPT_TEMPLATE_FILE", "")  # "" = "{problem}\n\n{steps}"
+STEPGEN_K = envint("STEPGEN_K", 4, minimum=1)
+STEPGEN_TEMPERATURE = envfloat("STEPGEN_TEMPERATURE", 1.0, minimum=0.0, maximum=2.0)
+STEPGEN_TOP_P = envfloat("STEPGEN_TOP_P", 1.0, minimum=0.01, maximum=1.0)
+STEPGEN_MAX_TOKENS = envint("STEPGEN_MAX_TOKENS", 256, minimum=1)
+STEPGEN_SEED = envint("STEPGEN_SEED", 0) if envstr("STEPGEN_SEED", "") else None
+STEPGEN_TIMEOUT_S = envfloat("STEPGEN_TIMEOUT_S", 30.0, minimum=0.1)
+STEPGEN_RETRIES = envint("STEPGEN_RETRIES", 2, minimum=0)
+STEPGEN_QUEUE = envstr("STEPGEN_QUEUE", "gpu" if STEPGEN_BACKEND == "local" else "cpu")
+# A slot pending longer than this is taken to be lost (worker died) and is re-queued.
+STEPGEN_PENDING_TIMEOUT_S = envint("STEPGEN_PENDING_TIMEOUT_S", 10 * 60, minimum=1)
+STEPGEN_CANDIDATE_STORE = envstr("STEPGEN_CANDIDATE_STORE", "activelearn.stepgen_service.InMemoryCandidateStore")
+# Workers autodiscover only <app>.tasks; the prefetch task lives in the service module.
+CELERY_IMPORTS = ["activelearn.stepgen_service"]
+# --- end of step generation ---------------------------------------------------

@@ -1,0 +1,36 @@
+"""Step generation: K candidate next steps for a partial solution (phase 1 of the protocol).
+
+Plain Python (stdlib HTTP, torch/transformers for the local backend); nothing here imports
+Django, so a backend runs the same in a Celery worker, a script or a test. The Django
+side (settings, the prefetch task, storage) is ``activelearn.stepgen_service``.
+
+``activelearn.stepgen.local_lm`` imports torch; import it only where a local model runs.
+"""
+
+from __future__ import annotations
+
+from activelearn.stepgen.base import (
+    DEFAULT_PROMPT_TEMPLATE,
+    PromptTemplate,
+    SamplingParams,
+    SamplingRecord,
+    StepCandidates,
+    StepGenerationError,
+    StepGenerator,
+)
+from activelearn.stepgen.openai_http import OpenAICompletionsGenerator
+from activelearn.stepgen.splitting import ANSWER_MARKER, FirstStep, first_step
+
+__all__ = [
+    "ANSWER_MARKER",
+    "DEFAULT_PROMPT_TEMPLATE",
+    "FirstStep",
+    "OpenAICompletionsGenerator",
+    "PromptTemplate",
+    "SamplingParams",
+    "SamplingRecord",
+    "StepCandidates",
+    "StepGenerationError",
+    "StepGenerator",
+    "first_step",
+]

@@ -1,0 +1,190 @@
+"""Candidates from an OpenAI-compatible ``/v1/completions`` endpoint (vLLM, TGI, llama.cpp...).
+
+One request asks for ``n=K`` samples with ``stop=["\\n"]``, so the server stops each
+sample at the end of its line. A sample that stopped before holding a whole step (a
+blank line before ``# Answer``, or the bare marker, see ``splitting``) is continued
+with the text so far appended to the prompt, for at most ``max_followups`` rounds;
+samples sharing the same text so far go in one request with ``n`` = their count.
+
+Transport is ``http.client`` (no proxy, no extra dependency). Connection errors,
+timeouts, 5xx, 408 and 429 are retried with exponential backoff; any other 4xx is a
+configuration error and is raised at once. ``timeout_s`` bounds each socket operation,
+so one attempt waits at most about that long for a silent server.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+from activelearn.stepgen.base import (
+    PromptTemplate,
+    SampleOutcome,
+    SamplingParams,
+    SamplingRecord,
+    StepCandidates,
+    StepGenerationError,
+    collect_candidates,
+)
+from activelearn.stepgen.splitting import first_step
+
+STOP = ("\n",)
+_RETRYABLE_4XX = frozenset({408, 429})
+_BODY_SNIPPET = 300
+
+
+class OpenAICompletionsGenerator:
+    name = "openai"
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        model: str,
+        api_key: str = "",
+        params: SamplingParams | None = None,
+        prompt_template: PromptTemplate | None = None,
+        timeout_s: float = 30.0,
+        retries: int = 2,
+        backoff_s: float = 0.5,
+    ) -> None:
+        parts = urlsplit(base_url.rstrip("/"))
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"step generator base URL must be http(s)://host[:port][/v1], got {base_url!r}")
+        if not model:
+            raise ValueError("step generator model name is empty (vLLM: the --served-model-name)")
+        if timeout_s <= 0 or retries < 0 or backoff_s < 0:
+            raise ValueError("timeout_s must be positive, retries and backoff_s not negative")
+        path = parts.path if parts.path.endswith("/v1") else f"{parts.path}/v1"
+        self._scheme = parts.scheme
+        self._host = parts.hostname
+        self._port = parts.port
+        self._path = f"{path}/completions"
+        self.url = f"{parts.scheme}://{parts.netloc}{self._path}"
+        self.model = model
+        self._api_key = api_key
+        self.params = params or SamplingParams()
+        self.prompt_template = prompt_template or PromptTemplate()
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.backoff_s = backoff_s
+
+    def generate(self, *, problem: str, steps: Sequence[str], seed: int | None = None) -> StepCandidates:
+        seed = self.params.seed if seed is None else seed
+        prompt = self.prompt_template.render(problem=problem, steps=steps)
+        outcomes: list[SampleOutcome] = []
+        requests = 0
+        # Samples still short of a whole step: text generated so far -> how many.
+        pending: Counter[str] = Counter({"": self.params.k})
+        for round_index in range(self.params.max_followups + 1):
+            if not pending:
+                break
+            unfinished: Counter[str] = Counter()
+            for so_far, count in pending.items():
+                choices = self._complete(prompt + so_far, n=count, seed=seed)
+                requests += 1
+                for choice in choices:
+                    outcome, text = self._outcome(so_far, choice)
+                    if outcome is None and round_index < self.params.max_followups:
+                        unfinished[text] += 1
+                    else:
+                        outcomes.append(outcome or SampleOutcome(first_step(text), ended=False))
+            pending = unfinished
+        sampling = SamplingRecord(
+            backend=self.name,
+            model=self.model,
+            k=self.params.k,
+            temperature=self.params.temperature,
+            top_p=self.params.top_p,
+            max_tokens=self.params.max_tokens,
+            seed=seed,
+            stop=STOP,
+            prompt_template=self.prompt_template.template,
+            extra={"url": self.url, "requests": requests},
+        )
+        return collect_candidates(outcomes, sampling=sampling, samples=len(outcomes))
+
+    def _outcome(self, so_far: str, choice: dict[str, Any]) -> tuple[SampleOutcome | None, str]:
+        """The sample's final outcome, or None with its text so far when it should go on."""
+        text = so_far + choice["text"]
+        finish = choice.get("finish_reason")
+        if finish != "stop":  # "length" (max_tokens) or an aborted request: no more to come
+            return SampleOutcome(first_step(text), ended=False), text
+        # vLLM reports which stop fired: None is end-of-sequence, "\n" our stop string.
+        # Other servers omit stop_reason; then a stop is taken to be the newline.
+        if "stop_reason" in choice and choice["stop_reason"] is None:
+            return SampleOutcome(first_step(text), ended=True), text
+        text += "\n"  # the server strips the stop string from the text
+        step = first_step(text)
+        return (SampleOutcome(step, ended=False) if step.complete else None), text
+
+    def _complete(self, prompt: str, *, n: int, seed: int | None) -> list[dict[str, Any]]:
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "prompt": prompt,
+            "n": n,
+            "max_tokens": self.params.max_tokens,
+            "temperature": self.params.temperature,
+            "top_p": self.params.top_p,
+            "stop": list(STOP),
+        }
+        if seed is not None:
+            payload["seed"] = seed
+        response = self._post(payload)
+        choices = response.get("choices")
+        if not isinstance(choices, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("text"), str) for c in choices
+        ):
+            raise StepGenerationError(
+                f"POST {self.url} returned no usable 'choices' (a list of objects with a 'text' string): "
+                f"{json.dumps(response)[:_BODY_SNIPPET]}"
+            )
+        return sorted(choices, key=lambda c: c.get("index", 0) if isinstance(c.get("index"), int) else 0)
+
+    def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
+        body = json.dumps(payload).encode("utf-8")
+        attempts = self.retries + 1
+        failure = ""
+        for attempt in range(1, attempts + 1):
+            if attempt > 1:
+                time.sleep(self.backoff_s * 2 ** (attempt - 2))
+            try:
+                status, raw = self._send(body)
+            except TimeoutError:
+                failure = f"timed out after {self.timeout_s:g}s"
+                continue
+            except (OSError, http.client.HTTPException) as exc:
+                failure = f"connection failed: {exc.__class__.__name__}: {exc}"
+                continue
+            snippet = raw[:_BODY_SNIPPET].decode("utf-8", "replace")
+            if status >= 500 or status in _RETRYABLE_4XX:
+                failure = f"HTTP {status}: {snippet}"
+                continue
+            if status != 200:
+                raise StepGenerationError(f"POST {self.url} returned HTTP {status} (not retried): {snippet}")
+            try:
+                data = json.loads(raw)
+            except ValueError:
+                raise StepGenerationError(f"POST {self.url} returned a body that is not JSON: {snippet!r}") from None
+            if not isinstance(data, dict):
+                raise StepGenerationError(f"POST {self.url} returned JSON that is not an object: {snippet!r}")
+            return data
+        raise StepGenerationError(f"POST {self.url} failed after {attempts} attempt(s); last: {failure}")
+
+    def _send(self, body: bytes) -> tuple[int, bytes]:
+        connection_class = http.client.HTTPSConnection if self._scheme == "https" else http.client.HTTPConnection
+        connection = connection_class(self._host, self._port, timeout=self.timeout_s)
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        try:
+            connection.request("POST", self._path, body=body, headers=headers)
+            response = connection.getresponse()
+            return response.status, response.read()
+        finally:
+            connection.close()

@@ -1,0 +1,83 @@
+from pathlib import Path
+
+import pytest
+import torch
+
+from activelearn.stepgen import SamplingParams, StepGenerationError
+from activelearn.stepgen.local_lm import LocalLMGenerator, StepComplete
+from activelearn.stepgen.splitting import is_answer_step
+
+PROBLEM = "x + 2 = 3"
+STEPS = ["we add both", "so x = 2"]
+
+
+@pytest.fixture(scope="module")
+def local(tiny_lm_dir: Path) -> LocalLMGenerator:
+    return LocalLMGenerator.from_directory(tiny_lm_dir, device="cpu", params=SamplingParams(k=5, max_tokens=48))
+
+
+def test_it_samples_k_single_line_candidates_from_a_real_model(local):
+    result = local.generate(problem=PROBLEM, steps=STEPS, seed=1)
+
+    assert result.samples == 5
+    assert len(result.texts) + result.duplicates + result.empty + result.incomplete == 5
+    assert len(result.texts) == 5
+    for text in result.texts:
+        assert text == text.strip() and text
+        assert "\n" not in text or is_answer_step(text)
+
+
+def test_it_records_the_sampling_settings(local, tiny_lm_dir):
+    result = local.generate(problem=PROBLEM, steps=STEPS, seed=3)
+
+    assert result.sampling.as_dict() == {
+        "backend": "local",
+        "model": str(tiny_lm_dir),
+        "k": 5,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "max_tokens": 48,
+        "seed": 3,
+        "stop": ["\n"],
+        "prompt_template": "{problem}\n\n{steps}",
+        "extra": {"device": "cpu", "dtype": "float32"},
+    }
+
+
+def test_the_same_seed_gives_the_same_candidates_and_leaves_the_global_rng_alone(local):
+    torch.manual_seed(123)
+    expected_draw = torch.rand(1)
+    torch.manual_seed(123)
+    first = local.generate(problem=PROBLEM, steps=STEPS, seed=5)
+    assert torch.equal(torch.rand(1), expected_draw)
+
+    assert local.generate(problem=PROBLEM, steps=STEPS, seed=5).texts == first.texts
+    assert local.generate(problem=PROBLEM, steps=STEPS, seed=6).texts != first.texts
+
+
+def test_sampling_stops_each_sample_once_it_holds_a_whole_step(local):
+    encoded = local.tokenizer("so x = 2\nwe", return_tensors="pt")["input_ids"]
+    prompt = local.tokenizer("so", return_tensors="pt")["input_ids"]
+    rows = torch.stack(
+        [encoded[0], torch.cat([prompt[0], local.tokenizer("x = 2 + 3", return_tensors="pt")["input_ids"][0]])]
+    )
+
+    done = StepComplete(local.tokenizer, prompt_length=prompt.shape[1])(rows, None)
+
+    assert done.tolist() == [True, False]
+
+
+def test_greedy_decoding_draws_one_sample(tiny_lm_dir):
+    greedy = LocalLMGenerator.from_directory(
+        tiny_lm_dir, device="cpu", params=SamplingParams(k=4, temperature=0.0, max_tokens=32)
+    )
+
+    result = greedy.generate(problem=PROBLEM, steps=STEPS)
+
+    assert result.samples == 1
+    assert len(result.texts) <= 1
+
+
+def test_a_directory_without_a_model_is_a_clear_error(tmp_path):
+    with pytest.raises(StepGenerationError, match=f"{tmp_path} has no config.json"):
+        LocalLMGenerator.from_directory(tmp_path)
