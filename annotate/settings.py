@@ -219,12 +219,14 @@ SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if envbool("BEHIND
 CELERY_BROKER_URL = envstr("CELERY_BROKER_URL", "filesystem://")
 _BROKER_DIR = envpath("CELERY_BROKER_DIR", VAR_DIR / "broker")
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    for sub in ("queue", "processed"):
+    for sub in ("queue", "processed", "control"):
         (_BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {
         "data_folder_in": str(_BROKER_DIR / "queue"),
         "data_folder_out": str(_BROKER_DIR / "queue"),
         "processed_folder": str(_BROKER_DIR / "processed"),
+        # Broadcast (remote control) exchanges; the default is ./control.
+        "control_folder": str(_BROKER_DIR / "control"),
         "store_processed": False,
     }
 else:

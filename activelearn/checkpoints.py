@@ -1,0 +1,298 @@
+"""Services: train a PRM checkpoint from stored labels, and its row's state machine.
+
+A ``PRMCheckpoint`` row is created first (TRAINING, with its hyperparameters and its own
+output directory), then trained by ``checkpoint_run`` in a GPU worker. The row keeps the
+output directory, so running the same checkpoint again (a redelivered Celery task, a
+manual retry) resumes from the newest intermediate checkpoint in it.
+
+torch/transformers are imported inside the functions that train: the web process imports
+this module to create rows and enqueue work, and must never load them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from activelearn.models import CheckpointStatus, PRMCheckpoint
+from activelearn.training_data import TrainingDataFilters, TrainingSet, training_set_build
+
+logger = logging.getLogger(__name__)
+
+# The TrainConfig fields a caller may override (output_dir belongs to the row). Kept as
+# a literal so that validating a request does not import torch; a test pins it to
+# TrainConfig's fields.
+TRAIN_CONFIG_KEYS = frozenset(
+    {
+        "learning_rate",
+        "weight_decay",
+        "num_epochs",
+        "max_steps",
+        "batch_size",
+        "gradient_accumulation_steps",
+        "warmup_ratio",
+        "lr_scheduler",
+        "max_grad_norm",
+        "max_length",
+        "max_problem_tokens",
+        "val_fraction",
+        "split_salt",
+        "seed",
+        "mega_batch_batches",
+        "checkpoint_every",
+        "keep_checkpoints",
+        "bf16",
+        "gradient_checkpointing",
+        "eval_batch_size",
+        "cpu",
+        "neutral",
+    }
+)
+# A TRAINING row's heartbeat is refreshed at most this often (one UPDATE per step would
+# be wasteful with fast steps); a reconciler should allow several intervals of slack.
+HEARTBEAT_INTERVAL_S = 10.0
+LOSS_CURVE_POINTS = 100
+
+# (optimizer step, total steps, loss)
+Progress = Callable[[int, int, float], None]
+
+# Which statuses a row may move to, from which. FAILED → TRAINING is a retry (it resumes);
+# READY is final.
+_ALLOWED_FROM: dict[str, frozenset[str]] = {
+    CheckpointStatus.TRAINING: frozenset({CheckpointStatus.FAILED}),
+    CheckpointStatus.READY: frozenset({CheckpointStatus.TRAINING}),
+    CheckpointStatus.FAILED: frozenset({CheckpointStatus.TRAINING}),
+}
+
+
+class NoTrainingDataError(ValueError):
+    """No submitted labels match the filters."""
+
+
+class BackboneMissingError(ValueError):
+    """The backbone spec is not a builtin name and not an existing directory."""
+
+
+class CheckpointStoppedError(RuntimeError):
+    """The row left TRAINING while the run was going (failed by someone else): stop."""
+
+
+def backbone_check(*, spec: str) -> None:
+    """Cheap validation without loading torch: a builtin name or a local directory."""
+    if spec.startswith(("builtin:", "tiny:")):
+        return
+    if not Path(spec).expanduser().is_dir():
+        raise BackboneMissingError(f"backbone directory {spec} does not exist")
+
+
+def checkpoint_transition(*, checkpoint_id: int, to: CheckpointStatus, **fields: Any) -> bool:
+    """Move a checkpoint to ``to`` if its current status allows it; False when it did not.
+
+    A conditional UPDATE (not read-modify-write): two workers finishing or failing the same
+    run cannot both win, and a READY row can never be overwritten by a late failure.
+    """
+    now = timezone.now()
+    values: dict[str, Any] = {"status": to, **fields}
+    if to == CheckpointStatus.TRAINING:
+        values.setdefault("error", "")
+        values.setdefault("finished_at", None)
+        values.setdefault("heartbeat_at", now)
+    else:
+        values.setdefault("finished_at", now)
+    updated = PRMCheckpoint.objects.filter(pk=checkpoint_id, status__in=_ALLOWED_FROM[to]).update(**values)
+    return updated == 1
+
+
+def checkpoint_heartbeat(*, checkpoint_id: int, steps_done: int, steps_total: int) -> bool:
+    """Record liveness and progress; False when the row is no longer TRAINING."""
+    updated = PRMCheckpoint.objects.filter(pk=checkpoint_id, status=CheckpointStatus.TRAINING).update(
+        heartbeat_at=timezone.now(), steps_done=steps_done, steps_total=steps_total
+    )
+    return updated == 1
+
+
+def checkpoint_create(
+    *,
+    base_model: str,
+    through_generation: int | None,
+    filters: TrainingDataFilters | None = None,
+    config: Mapping[str, Any] | None = None,
+    output_root: Path | None = None,
+) -> PRMCheckpoint:
+    """A TRAINING row with its hyperparameters and output directory; trains nothing.
+
+    ``filters.through_generation`` is taken from ``through_generation``.
+    """
+    backbone_check(spec=base_model)
+    overrides = dict(config or {})
+    unknown = set(overrides) - TRAIN_CONFIG_KEYS
+    if unknown:
+        raise ValueError(f"unknown training option(s): {', '.join(sorted(unknown))}")
+    base_filters = filters or TrainingDataFilters()
+    data_filters = TrainingDataFilters.from_json({**base_filters.to_json(), "through_generation": through_generation})
+    root = Path(output_root if output_root is not None else settings.CHECKPOINT_DIR)
+    with transaction.atomic():
+        checkpoint = PRMCheckpoint.objects.create(
+            base_model=base_model,
+            trained_through_generation=through_generation,
+            hyperparameters={"train": overrides, "data": data_filters.to_json()},
+            heartbeat_at=timezone.now(),
+        )
+        # The id names the directory, so it is set after the insert.
+        checkpoint.output_dir = str(root / f"checkpoint-{checkpoint.pk}")
+        checkpoint.save(update_fields=["output_dir"])
+    return checkpoint
+
+
+def checkpoint_training_set(*, checkpoint: PRMCheckpoint) -> TrainingSet:
+    """The training set a checkpoint trains (or trained) on, rebuilt from its row."""
+    train = checkpoint.hyperparameters.get("train", {})
+    filters = TrainingDataFilters.from_json(checkpoint.hyperparameters.get("data", {}))
+    return training_set_build(
+        filters=filters,
+        neutral=train.get("neutral", "own"),
+        val_fraction=train.get("val_fraction", 0.1),
+        split_salt=train.get("split_salt", "prm-split"),
+    )
+
+
+def checkpoint_run(
+    *,
+    checkpoint_id: int,
+    training_set: TrainingSet | None = None,
+    progress: Progress | None = None,
+) -> PRMCheckpoint:
+    """Train (or resume) a checkpoint and record the outcome on its row.
+
+    READY rows are returned untouched; FAILED rows are retried (resuming from their
+    output directory). On an exception the row is marked FAILED with the error and the
+    exception propagates.
+    """
+    from activelearn.prm.training import TrainConfig, train_prm
+
+    checkpoint = PRMCheckpoint.objects.get(pk=checkpoint_id)
+    if checkpoint.status == CheckpointStatus.READY:
+        return checkpoint
+    if checkpoint.status == CheckpointStatus.FAILED and not checkpoint_transition(
+        checkpoint_id=checkpoint_id, to=CheckpointStatus.TRAINING
+    ):
+        checkpoint.refresh_from_db()
+        return checkpoint
+    PRMCheckpoint.objects.filter(pk=checkpoint_id).update(started_at=timezone.now(), heartbeat_at=timezone.now())
+    started = time.monotonic()
+    try:
+        if training_set is None:
+            training_set = checkpoint_training_set(checkpoint=checkpoint)
+        if not training_set.train:
+            raise NoTrainingDataError("no labeled solutions to train on (check the filters and --through-generation)")
+        options = dict(checkpoint.hyperparameters.get("train", {}))
+        options["neutral"] = training_set.neutral
+        config = TrainConfig(output_dir=Path(checkpoint.output_dir), backbone=checkpoint.base_model, **options)
+        result = train_prm(
+            training_set.train,
+            config,
+            validation=training_set.validation,
+            progress=_heartbeat_progress(checkpoint_id, progress),
+        )
+    except BaseException as error:
+        checkpoint_transition(
+            checkpoint_id=checkpoint_id,
+            to=CheckpointStatus.FAILED,
+            error=f"{type(error).__name__}: {error}"[:10_000],
+            duration_s=time.monotonic() - started,
+        )
+        raise
+    losses = result.train_loss_curve
+    stride = max(1, len(losses) // LOSS_CURVE_POINTS)
+    metrics = {
+        "val_loss": result.val_loss,
+        "val_accuracy": result.val_accuracy,
+        "val_labeled_steps": result.val_labeled_steps,
+        "train_solutions": len(training_set.train),
+        "validation_solutions": len(training_set.validation),
+        "labeled_steps_seen": result.labeled_steps_seen,
+        "optimizer_steps": result.optimizer_steps,
+        "resumed_from_step": result.resumed_from_step,
+        "train_loss_first": losses[0][1] if losses else None,
+        "train_loss_last": losses[-1][1] if losses else None,
+        # Every stride-th (step, loss), plus the last: enough to plot, small enough for a row.
+        "train_loss_curve": [list(point) for point in losses[::stride]] + ([list(losses[-1])] if losses else []),
+    }
+    checkpoint_transition(
+        checkpoint_id=checkpoint_id,
+        to=CheckpointStatus.READY,
+        path=str(result.final_dir),
+        metrics=metrics,
+        examples_seen=result.examples_seen,
+        # Wall time of this call; a resumed run counts only its own part.
+        duration_s=time.monotonic() - started,
+        hyperparameters={**checkpoint.hyperparameters, "resolved": result.hyperparameters},
+        steps_done=result.optimizer_steps,
+        steps_total=max(result.optimizer_steps, checkpoint.steps_total),
+    )
+    checkpoint.refresh_from_db()
+    return checkpoint
+
+
+def checkpoint_train(
+    *,
+    base_model: str,
+    through_generation: int | None,
+    filters: TrainingDataFilters | None = None,
+    config: Mapping[str, Any] | None = None,
+    output_root: Path | None = None,
+    progress: Progress | None = None,
+) -> PRMCheckpoint:
+    """Create a checkpoint row and train it in this process (the command's path).
+
+    Raises NoTrainingDataError before creating a row when no label matches.
+    """
+    backbone_check(spec=base_model)
+    overrides = dict(config or {})
+    data_filters = TrainingDataFilters.from_json(
+        {**(filters or TrainingDataFilters()).to_json(), "through_generation": through_generation}
+    )
+    training_set = training_set_build(
+        filters=data_filters,
+        neutral=overrides.get("neutral", "own"),
+        val_fraction=overrides.get("val_fraction", 0.1),
+        split_salt=overrides.get("split_salt", "prm-split"),
+    )
+    if not training_set.train:
+        raise NoTrainingDataError(
+            f"no labeled solutions to train on ({training_set.solutions} matched, all in the validation split)"
+            if training_set.solutions
+            else "no labeled solutions to train on (check the filters and the generation limit)"
+        )
+    checkpoint = checkpoint_create(
+        base_model=base_model,
+        through_generation=through_generation,
+        filters=data_filters,
+        config=overrides,
+        output_root=output_root,
+    )
+    return checkpoint_run(checkpoint_id=checkpoint.pk, training_set=training_set, progress=progress)
+
+
+def _heartbeat_progress(checkpoint_id: int, progress: Progress | None) -> Progress:
+    last = 0.0
+
+    def callback(step: int, total: int, loss: float) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if step == 1 or step == total or now - last >= HEARTBEAT_INTERVAL_S:
+            last = now
+            if not checkpoint_heartbeat(checkpoint_id=checkpoint_id, steps_done=step, steps_total=total):
+                # Raising from the callback stops train_prm; its last checkpoint stays valid.
+                raise CheckpointStoppedError(f"checkpoint {checkpoint_id} is no longer training")
+        if progress is not None:
+            progress(step, total, loss)
+
+    return callback

@@ -1,0 +1,107 @@
+import sys
+from argparse import ArgumentParser
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+from tqdm import tqdm
+
+from activelearn.checkpoints import BackboneMissingError, NoTrainingDataError, checkpoint_run, checkpoint_train
+from activelearn.models import CheckpointStatus, PRMCheckpoint
+from activelearn.training_data import TrainingDataFilters
+
+
+class Command(BaseCommand):
+    help = (
+        "Train a process reward model on the submitted labels (quality control, screening, unfinished "
+        "tasks and excluded/suspended labelers left out unless asked) and record it as a PRMCheckpoint. "
+        "--resume CHECKPOINT_ID continues a checkpoint that was interrupted or failed."
+    )
+
+    def add_arguments(self, parser: ArgumentParser) -> None:
+        parser.add_argument("--backbone", default=None, help=f"backbone spec (default {settings.PRM_BACKBONE})")
+        parser.add_argument("--through-generation", type=int, help="use labels up to this generation (and phase 1)")
+        parser.add_argument("--resume", type=int, metavar="CHECKPOINT_ID", help="resume this checkpoint instead")
+        parser.add_argument("--neutral", choices=["own", "positive", "negative"], default="own")
+        parser.add_argument("--epochs", type=int, help="num_epochs (default 2)")
+        parser.add_argument("--max-steps", type=int)
+        parser.add_argument("--learning-rate", type=float)
+        parser.add_argument("--batch-size", type=int)
+        parser.add_argument("--gradient-accumulation-steps", type=int)
+        parser.add_argument("--max-length", type=int)
+        parser.add_argument("--val-fraction", type=float)
+        parser.add_argument("--seed", type=int)
+        parser.add_argument("--checkpoint-every", type=int, help="optimizer steps between resumable checkpoints")
+        parser.add_argument("--include-quality-control", action="store_true")
+        parser.add_argument("--include-screening", action="store_true")
+        parser.add_argument("--include-unfinished", action="store_true", help="keep bad_problem / give_up labels")
+        parser.add_argument("--include-excluded-labelers", action="store_true")
+        parser.add_argument("--include-suspended-labelers", action="store_true")
+        parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        bar = tqdm(unit="step", disable=options["no_progress"], file=sys.stderr, leave=False)
+
+        def progress(step: int, total: int, loss: float) -> None:
+            bar.total = total
+            bar.n = step
+            bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+            bar.refresh()
+
+        try:
+            if options["resume"] is not None:
+                if not PRMCheckpoint.objects.filter(pk=options["resume"]).exists():
+                    raise CommandError(f"no checkpoint with id {options['resume']}")
+                checkpoint = checkpoint_run(checkpoint_id=options["resume"], progress=progress)
+            else:
+                config = {
+                    key: options[option]
+                    for key, option in (
+                        ("num_epochs", "epochs"),
+                        ("max_steps", "max_steps"),
+                        ("learning_rate", "learning_rate"),
+                        ("batch_size", "batch_size"),
+                        ("gradient_accumulation_steps", "gradient_accumulation_steps"),
+                        ("max_length", "max_length"),
+                        ("val_fraction", "val_fraction"),
+                        ("seed", "seed"),
+                        ("checkpoint_every", "checkpoint_every"),
+                    )
+                    if options[option] is not None
+                }
+                config["neutral"] = options["neutral"]
+                filters = TrainingDataFilters(
+                    include_quality_control=options["include_quality_control"],
+                    include_screening=options["include_screening"],
+                    include_unfinished=options["include_unfinished"],
+                    include_excluded_labelers=options["include_excluded_labelers"],
+                    include_suspended_labelers=options["include_suspended_labelers"],
+                )
+                checkpoint = checkpoint_train(
+                    base_model=options["backbone"] or settings.PRM_BACKBONE,
+                    through_generation=options["through_generation"],
+                    filters=filters,
+                    config=config,
+                    progress=progress,
+                )
+        except (NoTrainingDataError, BackboneMissingError) as error:
+            raise CommandError(str(error)) from None
+        except Exception as error:
+            raise CommandError(f"training failed: {type(error).__name__}: {error}") from error
+        finally:
+            bar.close()
+        if checkpoint.status != CheckpointStatus.READY:
+            raise CommandError(f"checkpoint {checkpoint.pk} is {checkpoint.status}: {checkpoint.error}")
+        metrics = checkpoint.metrics
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"checkpoint {checkpoint.pk} ready at {checkpoint.path}: {metrics.get('train_solutions')} train / "
+                f"{metrics.get('validation_solutions')} validation solutions, {checkpoint.examples_seen} examples "
+                f"seen, {metrics.get('optimizer_steps')} steps, val loss {_fmt(metrics.get('val_loss'))}, "
+                f"val accuracy {_fmt(metrics.get('val_accuracy'))}, {checkpoint.duration_s or 0:.1f}s"
+            )
+        )
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"

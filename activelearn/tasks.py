@@ -1,0 +1,56 @@
+"""Celery tasks of the active-learning app: take ids, load, call one service.
+
+Routing (``CELERY_TASK_ROUTES`` in settings): training and scoring go to the "gpu" queue,
+grading and evaluation to "cpu". ``acks_late`` + ``reject_on_worker_lost``: a worker that
+dies mid-task leaves the message to be redelivered, and every service here is safe to
+run again (training resumes from its last checkpoint; scores and grades are upserts).
+Services import torch lazily, so enqueueing from the web process never loads it.
+"""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from activelearn.models import PRMCheckpoint
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
+def train_checkpoint_task(checkpoint_id: int) -> None:
+    from activelearn.checkpoints import checkpoint_run
+
+    checkpoint_run(checkpoint_id=checkpoint_id)
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
+def score_chunk_task(
+    checkpoint_id: int,
+    first_id: int,
+    last_id: int,
+    batch_size: int = 16,
+    reduction: str = "product",
+    neutral_as: str = "positive",
+) -> int:
+    from activelearn.solution_scoring import solutions_score_range
+
+    return solutions_score_range(
+        checkpoint=PRMCheckpoint.objects.get(pk=checkpoint_id),
+        first_id=first_id,
+        last_id=last_id,
+        batch_size=batch_size,
+        reduction="min" if reduction == "min" else "product",
+        neutral_as="negative" if neutral_as == "negative" else "positive",
+    )
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
+def grade_chunk_task(first_id: int, last_id: int, timeout_s: float = 5.0) -> int:
+    from activelearn.answer_grading import solutions_grade_range
+
+    return solutions_grade_range(first_id=first_id, last_id=last_id, timeout_s=timeout_s)
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
+def evaluate_checkpoint_task(checkpoint_id: int, generation: int | None = None) -> None:
+    from activelearn.checkpoint_evaluation import checkpoint_evaluate
+
+    checkpoint_evaluate(checkpoint=PRMCheckpoint.objects.get(pk=checkpoint_id), generation=generation)

@@ -1,0 +1,181 @@
+import dataclasses
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from activelearn.checkpoints import (
+    TRAIN_CONFIG_KEYS,
+    CheckpointStoppedError,
+    NoTrainingDataError,
+    checkpoint_create,
+    checkpoint_run,
+    checkpoint_train,
+    checkpoint_transition,
+)
+from activelearn.models import CheckpointStatus, PRMCheckpoint, SolutionScore
+from activelearn.prm.modeling import ProcessRewardModel
+from activelearn.prm.scoring import score_solutions
+from activelearn.prm.training import TrainConfig
+from activelearn.solution_scoring import solutions_score, solutions_score_range
+
+from .label_factories import TINY_CONFIG, keyword_labels, problem, solution
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def checkpoint_dir(settings, tmp_path):
+    settings.CHECKPOINT_DIR = tmp_path / "checkpoints"
+    return settings.CHECKPOINT_DIR
+
+
+def test_it_trains_a_checkpoint_end_to_end_through_the_command(checkpoint_dir, capsys):
+    keyword_labels(24, seed=1)
+    call_command(
+        "train_prm", "--backbone=tiny:bert", "--learning-rate=1e-2", "--epochs=2", "--batch-size=8",
+        "--max-length=64", "--val-fraction=0.3", "--seed=1", "--no-progress",
+    )  # fmt: skip
+    checkpoint = PRMCheckpoint.objects.get()
+    assert checkpoint.status == CheckpointStatus.READY and checkpoint.error == ""
+    assert Path(checkpoint.path) == checkpoint_dir / f"checkpoint-{checkpoint.pk}" / "final"
+    assert (Path(checkpoint.path) / "prm_config.json").is_file()
+    assert checkpoint.base_model == "tiny:bert" and checkpoint.trained_through_generation is None
+    assert checkpoint.hyperparameters["train"]["learning_rate"] == 1e-2
+    assert checkpoint.hyperparameters["resolved"]["backbone"] == "tiny:bert"
+    metrics = checkpoint.metrics
+    assert metrics["train_solutions"] + metrics["validation_solutions"] == 24 and metrics["validation_solutions"] > 0
+    assert metrics["val_loss"] is not None and 0 <= metrics["val_accuracy"] <= 1
+    assert metrics["optimizer_steps"] == checkpoint.steps_done == checkpoint.steps_total > 0
+    assert metrics["train_loss_curve"][-1][0] == metrics["optimizer_steps"]
+    assert checkpoint.examples_seen == 2 * metrics["train_solutions"]
+    assert (
+        checkpoint.heartbeat_at is not None and checkpoint.finished_at is not None and (checkpoint.duration_s or 0) > 0
+    )
+    assert f"checkpoint {checkpoint.pk} ready" in capsys.readouterr().out
+
+
+def test_it_refuses_to_train_without_labels(checkpoint_dir):
+    with pytest.raises(CommandError, match="no labeled solutions to train on"):
+        call_command("train_prm", "--backbone=tiny:bert", "--no-progress")
+    assert not PRMCheckpoint.objects.exists()
+
+
+def test_it_refuses_a_missing_backbone_directory(checkpoint_dir, tmp_path):
+    keyword_labels(3, seed=1)
+    with pytest.raises(CommandError, match=r"backbone directory .* does not exist"):
+        call_command("train_prm", f"--backbone={tmp_path / 'nope'}", "--no-progress")
+
+
+def test_it_rejects_unknown_checkpoint_ids():
+    with pytest.raises(CommandError, match="no checkpoint with id 999"):
+        call_command("score_solutions", "--checkpoint=999", "--no-progress")
+    with pytest.raises(CommandError, match="no checkpoint with id 999"):
+        call_command("evaluate_prm", "--checkpoint=999")
+    with pytest.raises(CommandError, match="no checkpoint with id 999"):
+        call_command("train_prm", "--resume=999", "--no-progress")
+
+
+def test_it_only_trains_on_labels_up_to_the_generation_it_is_given(checkpoint_dir):
+    keyword_labels(10, seed=2, generation_number=0)
+    keyword_labels(10, seed=3, generation_number=1)
+    checkpoint = checkpoint_train(base_model="tiny:bert", through_generation=0, config={**TINY_CONFIG, "max_steps": 1})
+    assert checkpoint.trained_through_generation == 0
+    assert checkpoint.metrics["train_solutions"] + checkpoint.metrics["validation_solutions"] == 10
+
+
+def test_it_resumes_a_failed_run_from_its_last_saved_step(checkpoint_dir):
+    keyword_labels(24, seed=4)
+    checkpoint = checkpoint_create(
+        base_model="tiny:bert", through_generation=None, config={**TINY_CONFIG, "checkpoint_every": 1}
+    )
+
+    class Crash(Exception):
+        pass
+
+    def crash_at_two(step, total, loss):
+        if step == 2:
+            raise Crash("worker died")
+
+    with pytest.raises(Crash):
+        checkpoint_run(checkpoint_id=checkpoint.pk, progress=crash_at_two)
+    checkpoint.refresh_from_db()
+    assert checkpoint.status == CheckpointStatus.FAILED and "worker died" in checkpoint.error
+    assert checkpoint.steps_done == 1  # heartbeats record step 1; step 2 crashed before its heartbeat
+    assert (Path(checkpoint.output_dir) / "checkpoint-00000002").is_dir()
+
+    resumed = checkpoint_run(checkpoint_id=checkpoint.pk)
+    assert resumed.status == CheckpointStatus.READY and resumed.error == ""
+    assert resumed.metrics["resumed_from_step"] == 2
+    # A second run of a READY checkpoint (a redelivered task) changes nothing.
+    assert checkpoint_run(checkpoint_id=checkpoint.pk).finished_at == resumed.finished_at
+
+
+def test_it_stops_training_when_the_row_is_failed_from_outside(checkpoint_dir):
+    keyword_labels(12, seed=5)
+    checkpoint = checkpoint_create(base_model="tiny:bert", through_generation=None, config=TINY_CONFIG)
+
+    def failed_by_reconciler(step, total, loss):
+        checkpoint_transition(checkpoint_id=checkpoint.pk, to=CheckpointStatus.FAILED, error="heartbeat lost")
+
+    with pytest.raises(CheckpointStoppedError):
+        checkpoint_run(checkpoint_id=checkpoint.pk, progress=failed_by_reconciler)
+    checkpoint.refresh_from_db()
+    assert checkpoint.status == CheckpointStatus.FAILED and checkpoint.error == "heartbeat lost"
+
+
+def test_it_never_moves_a_ready_checkpoint():
+    checkpoint = PRMCheckpoint.objects.create(base_model="tiny:bert", status=CheckpointStatus.READY, path="/x")
+    assert not checkpoint_transition(checkpoint_id=checkpoint.pk, to=CheckpointStatus.FAILED, error="late")
+    assert not checkpoint_transition(checkpoint_id=checkpoint.pk, to=CheckpointStatus.TRAINING)
+    checkpoint.refresh_from_db()
+    assert checkpoint.status == CheckpointStatus.READY and checkpoint.error == ""
+
+
+def test_it_raises_before_creating_a_row_when_every_label_is_filtered_out(checkpoint_dir):
+    keyword_labels(3, seed=1, generation_number=5)
+    with pytest.raises(NoTrainingDataError):
+        checkpoint_train(base_model="tiny:bert", through_generation=4, config=TINY_CONFIG)
+    assert not PRMCheckpoint.objects.exists()
+
+
+def test_it_allows_exactly_the_train_config_fields_it_can_override():
+    fields = {f.name for f in dataclasses.fields(TrainConfig)} - {"output_dir", "backbone"}
+    assert fields == TRAIN_CONFIG_KEYS
+
+
+@pytest.mark.parametrize("reduction", ["product", "min"])
+def test_it_scores_solutions_once_per_checkpoint_with_the_packages_scores(checkpoint_dir, reduction):
+    keyword_labels(12, seed=6)
+    checkpoint = checkpoint_train(
+        base_model="tiny:llama", through_generation=None, config={**TINY_CONFIG, "max_steps": 2}
+    )
+    the_problem = problem()
+    pool = [solution(of=the_problem, steps=[f"step {i} correct", f"then {i} wrong"]) for i in range(5)]
+    placeholder = solution(of=the_problem, steps=None)
+    ids = [s.pk for s in pool] + [placeholder.pk]
+
+    assert solutions_score(checkpoint=checkpoint, solution_ids=ids, reduction=reduction, batch_size=2) == 5
+    assert solutions_score_range(checkpoint=checkpoint, first_id=min(ids), last_id=max(ids), reduction=reduction) == 5
+    rows = {row.solution_id: row for row in SolutionScore.objects.filter(checkpoint=checkpoint)}
+    assert sorted(rows) == sorted(s.pk for s in pool)
+
+    model, tokenizer = ProcessRewardModel.from_pretrained(checkpoint.path)
+    expected = score_solutions(
+        model, tokenizer, [(the_problem.problem, list(s.steps or [])) for s in pool], reduction=reduction
+    )
+    for item, want in zip(pool, expected, strict=True):
+        assert rows[item.pk].score == pytest.approx(want.score, abs=1e-5)
+        assert rows[item.pk].step_scores == pytest.approx(list(want.step_scores), abs=1e-5)
+        assert rows[item.pk].reduction == reduction
+
+
+def test_the_score_command_scores_the_pool_with_the_newest_ready_checkpoint(checkpoint_dir, capsys):
+    keyword_labels(8, seed=7)
+    checkpoint = checkpoint_train(
+        base_model="tiny:bert", through_generation=None, config={**TINY_CONFIG, "max_steps": 1}
+    )
+    call_command("score_solutions", "--no-progress", "--chunk=3")
+    call_command("score_solutions", "--no-progress", f"--checkpoint={checkpoint.pk}")
+    assert SolutionScore.objects.filter(checkpoint=checkpoint).count() == 8
+    assert "scored 8 solution(s)" in capsys.readouterr().out
