@@ -1,10 +1,20 @@
 from django.contrib import admin
 from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView
+from rest_framework.permissions import IsAuthenticated
 
 from annotate.health import healthz
+from labeling import dashboard_views
+from labeling.api.docs import api_docs
 
 urlpatterns = [
     path("healthz/", healthz, name="healthz"),
     path("admin/", admin.site.urls),
+    path("api/schema/", SpectacularAPIView.as_view(permission_classes=[IsAuthenticated]), name="api-schema"),
+    path("api/docs/", api_docs, name="api-docs"),
+    path("api/", include("labeling.api.urls")),
+    path("dashboard/", dashboard_views.dashboard, name="dashboard"),
+    path("dashboard/exports/<int:pk>/", dashboard_views.export_job_card, name="dashboard-export-job"),
+    path("dashboard/exports/", dashboard_views.export_job_start, name="dashboard-export-start"),
     path("", include("labeling.urls")),
 ]

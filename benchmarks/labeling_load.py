@@ -15,6 +15,13 @@ Modes:
 Reports p50/p95/p99 per endpoint, throughput, and checks that the ratings stored
 in the database equal the ratings the server acknowledged. Loopback only.
 
+The generator shares the machine with the server, so its own CPU is reported
+(user+sys of the driving process), and so is the server's: gunicorn and
+PostgreSQL CPU seconds over the run, per request.
+
+Serving: gunicorn with gthread workers (keep-alive; a sync worker closes the
+connection after every response), one worker per core by default.
+
   .venv/bin/python benchmarks/labeling_load.py --mode think --duration 60
   .venv/bin/python benchmarks/labeling_load.py --mode closed --duration 60 --concurrency 8,16,32,64
 """
@@ -28,6 +35,7 @@ import multiprocessing
 import os
 import random
 import re
+import resource
 import signal
 import statistics
 import subprocess
@@ -177,6 +185,14 @@ def make_sessions(first: int, count: int) -> list[dict[str, str]]:
     from django.utils.crypto import get_random_string
 
     users = {u.username: u for u in User.objects.filter(username__in=[f"bench{first + i}" for i in range(count)])}
+    # Simulated labelers are active (past screening): they get normal work.
+    from labeling.models import Labeler, LabelerStatus
+
+    have = set(Labeler.objects.filter(user__in=users.values()).values_list("user_id", flat=True))
+    Labeler.objects.bulk_create(
+        Labeler(user=u, status=LabelerStatus.ACTIVE) for u in users.values() if u.pk not in have
+    )
+    Labeler.objects.filter(user__in=users.values()).update(status=LabelerStatus.ACTIVE)
     cookies = []
     for i in range(count):
         user = users[f"bench{first + i}"]
@@ -192,7 +208,8 @@ def make_sessions(first: int, count: int) -> list[dict[str, str]]:
 def start_server(args: argparse.Namespace, env: dict[str, str]) -> subprocess.Popen[bytes]:
     subprocess.run([PY, "manage.py", "collectstatic", "--no-input", "-v", "0"], cwd=ROOT, env=env, check=True)
     server = subprocess.Popen(
-        [str(ROOT / ".venv" / "bin" / "gunicorn"), "annotate.wsgi", "-w", str(args.workers), "-b",
+        [str(ROOT / ".venv" / "bin" / "gunicorn"), "annotate.wsgi", "-w", str(args.workers),
+         "--worker-class", "gthread", "--threads", str(args.threads), "--keep-alive", "75", "-b",
          f"127.0.0.1:{args.port}", "--access-logfile", "-" if args.access_log else "/dev/null",
          "--log-level", "warning", "--backlog", "2048"],
         cwd=ROOT, env=env,
@@ -306,8 +323,27 @@ def drive(
         t.start()
     for t in threads:
         t.join(duration + 60)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
     out.send({"stats": dict(stats), "acked": sum(x.acked for x in labelers),
-              "errors": sum(x.errors for x in labelers), "wall": time.perf_counter() - t0})  # fmt: skip
+              "errors": sum(x.errors for x in labelers), "wall": time.perf_counter() - t0,
+              "generator_cpu": usage.ru_utime + usage.ru_stime})  # fmt: skip
+
+
+def _server_cpu(server_pid: int) -> float:
+    """CPU seconds so far of gunicorn (master and workers) and every PostgreSQL process."""
+    import psutil
+
+    total = 0.0
+    root = psutil.Process(server_pid)
+    procs = [root, *root.children(recursive=True)]
+    procs += [p for p in psutil.process_iter(["name"]) if (p.info["name"] or "").startswith("postgres")]
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
 
 
 def run_load(args: argparse.Namespace, labelers: int, duration: float, think: tuple[float, float] | None,
@@ -315,9 +351,13 @@ def run_load(args: argparse.Namespace, labelers: int, duration: float, think: tu
     sessions = make_sessions(first, labelers)
     receive, send = multiprocessing.Pipe(duplex=False)
     process = multiprocessing.Process(target=drive, args=(args.port, sessions, duration, think, args.steps, send))
+    cpu0 = _server_cpu(args.server_pid)
     process.start()
     result: dict[str, Any] = receive.recv()
     process.join()
+    # PostgreSQL processes that ended during the run are not counted (connections
+    # persist under CONN_MAX_AGE, so nearly none do).
+    result["server_cpu"] = _server_cpu(args.server_pid) - cpu0
     return result
 
 
@@ -344,12 +384,19 @@ def report(title: str, result: dict[str, Any]) -> dict[str, Any]:
         print(f"{name:<14}{row['count']:>8}{rate:>9.1f}{row['p50']:>9.1f}{row['p95']:>9.1f}{row['p99']:>9.1f}")
     total = sum(len(v) for v in result["stats"].values())
     print(f"throughput: {total / result['wall']:.1f} requests/s, {result['acked'] / result['wall']:.1f} ratings/s")
+    wall = result["wall"]
+    print(f"CPU: load generator {result['generator_cpu']:.1f} s ({100 * result['generator_cpu'] / wall:.0f}% of one"
+          f" core); server (gunicorn + PostgreSQL) {result['server_cpu']:.1f} s"
+          f" ({100 * result['server_cpu'] / wall:.0f}% of one core), {1000 * result['server_cpu'] / max(total, 1):.1f}"
+          " ms per request")  # fmt: skip
+    summary["cpu"] = {"generator_s": result["generator_cpu"], "server_s": result["server_cpu"],
+                      "server_ms_per_request": 1000 * result["server_cpu"] / max(total, 1)}  # fmt: skip
     return summary
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/annotate_bench")
+    parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/annotate_bench_load")
     parser.add_argument("--solutions", type=int, default=100_000)
     parser.add_argument("--steps", type=int, default=10, help="steps per solution (history labels = solutions*steps)")
     parser.add_argument("--rebuild", action="store_true", help="rebuild even if the database exists")
@@ -358,7 +405,8 @@ def main() -> None:
     parser.add_argument("--think", default="1,5", help="think time range in seconds")
     parser.add_argument("--concurrency", default="8,16,32,64,128")
     parser.add_argument("--duration", type=float, default=60, help="seconds per mode (closed: split over steps)")
-    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 2, help="gunicorn workers (one per core)")
+    parser.add_argument("--threads", type=int, default=4, help="threads per gunicorn worker (overlap DB waits)")
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--access-log", action="store_true")
     args = parser.parse_args()
@@ -375,6 +423,7 @@ def main() -> None:
     django.setup()
     build(args, env)
     server = start_server(args, env)
+    args.server_pid = server.pid
     results: dict[str, Any] = {}
     try:
         if args.mode in ("think", "both"):
@@ -398,6 +447,9 @@ def main() -> None:
                 print(_check(result["acked"], stored))
                 results["closed"][c] = summary
                 p95 = max(summary.get("rate", {}).get("p95", 0), summary.get("submit+next", {}).get("p95", 0))
+                for name in ("rate", "submit+next"):
+                    if name in summary:
+                        summary[name]["concurrency"] = c
                 if p95 > 100:
                     print(f"p95 crossed 100 ms at {c} concurrent labelers")
                     break

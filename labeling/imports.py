@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, timedelta
 from pathlib import Path
@@ -145,38 +145,70 @@ def parse_problem(obj: Any, *, source: str, line: int) -> ProblemRow:
     )
 
 
-def _iter_parsed(path: Path, parse: Callable[..., Any]) -> Iterator[Any]:
-    for line, obj in iter_json_objects(path):
-        yield parse(obj, source=str(path), line=line)
+# Decoded JSON values with where they came from: (source, line, value). Files
+# give (path, line number); an API request gives ("items", index in its list).
+Located = tuple[str, int, Any]
+LocatedSource = Callable[[], Iterator[Located]]
+
+
+def _from_files(paths: Iterable[Path]) -> LocatedSource:
+    paths = list(paths)
+
+    def located() -> Iterator[Located]:
+        for path in paths:
+            for line, obj in iter_json_objects(path):
+                yield str(path), line, obj
+
+    return located
+
+
+def _from_items(items: Sequence[Any], source: str) -> LocatedSource:
+    def located() -> Iterator[Located]:
+        for index, obj in enumerate(items):
+            yield source, index, obj
+
+    return located
+
+
+def _iter_parsed(located: LocatedSource, parse: Callable[..., Any]) -> Iterator[Any]:
+    for source, line, obj in located():
+        yield parse(obj, source=source, line=line)
 
 
 def problems_import(*, paths: Iterable[Path], dry_run: bool = False, progress: Progress | None = None) -> ImportResult:
+    return _problems_import(_from_files(paths), dry_run=dry_run, progress=progress)
+
+
+def problems_import_items(*, items: Sequence[Any], source: str = "items", dry_run: bool = False) -> ImportResult:
+    """The same import from decoded JSON values (the API); an error's ``line`` is the item's index."""
+    return _problems_import(_from_items(items, source), dry_run=dry_run, progress=None)
+
+
+def _problems_import(located: LocatedSource, *, dry_run: bool, progress: Progress | None) -> ImportResult:
     result = ImportResult(dry_run=dry_run)
     seen: dict[str, tuple[str, int]] = {}
     # Pass 1: validate everything before writing anything.
-    for path in paths:
-        for line, obj in iter_json_objects(path):
-            row = parse_problem(obj, source=str(path), line=line)
-            if row.unique_id in seen:
-                first = seen[row.unique_id]
-                raise RecordError(
-                    source=str(path),
-                    line=line,
-                    field="unique_id",
-                    message=f"duplicate {row.unique_id!r} (first seen at {first[0]}:{first[1]})",
-                )
-            seen[row.unique_id] = (str(path), line)
+    for source, line, obj in located():
+        row = parse_problem(obj, source=source, line=line)
+        if row.unique_id in seen:
+            first = seen[row.unique_id]
+            raise RecordError(
+                source=source,
+                line=line,
+                field="unique_id",
+                message=f"duplicate {row.unique_id!r} (first seen at {first[0]}:{first[1]})",
+            )
+        seen[row.unique_id] = (source, line)
     try:
         with transaction.atomic():
             batch: list[ProblemRow] = []
-            for path in paths:
-                for row in _iter_parsed(path, parse_problem):
-                    result.read += 1
-                    batch.append(row)
-                    _tick(progress)
-                    if len(batch) >= WRITE_BATCH:
-                        _write_problems(batch, result)
-                        batch = []
+            for row in _iter_parsed(located, parse_problem):
+                result.read += 1
+                batch.append(row)
+                _tick(progress)
+                if len(batch) >= WRITE_BATCH:
+                    _write_problems(batch, result)
+                    batch = []
             _write_problems(batch, result)
             if dry_run:
                 raise _DryRunRollback
@@ -273,15 +305,22 @@ def parse_solution(obj: Any, *, source: str, line: int) -> SolutionRow:
 
 
 def solutions_import(*, paths: Iterable[Path], dry_run: bool = False, progress: Progress | None = None) -> ImportResult:
+    return _solutions_import(_from_files(paths), dry_run=dry_run, progress=progress)
+
+
+def solutions_import_items(*, items: Sequence[Any], source: str = "items", dry_run: bool = False) -> ImportResult:
+    """The same import from decoded JSON values (the API); an error's ``line`` is the item's index."""
+    return _solutions_import(_from_items(items, source), dry_run=dry_run, progress=None)
+
+
+def _solutions_import(located: LocatedSource, *, dry_run: bool, progress: Progress | None) -> ImportResult:
     result = ImportResult(dry_run=dry_run)
-    paths = list(paths)
     wanted: set[str] = set()
     locations: dict[str, tuple[str, int]] = {}
-    for path in paths:
-        for line, obj in iter_json_objects(path):
-            row = parse_solution(obj, source=str(path), line=line)
-            wanted.add(row.problem_id)
-            locations.setdefault(row.problem_id, (str(path), line))
+    for source, line, obj in located():
+        row = parse_solution(obj, source=source, line=line)
+        wanted.add(row.problem_id)
+        locations.setdefault(row.problem_id, (source, line))
     problem_ids = dict(Problem.objects.filter(unique_id__in=wanted).values_list("unique_id", "id"))
     missing = sorted(wanted - problem_ids.keys())
     if missing:
@@ -296,14 +335,13 @@ def solutions_import(*, paths: Iterable[Path], dry_run: bool = False, progress: 
     try:
         with transaction.atomic():
             batch: list[SolutionRow] = []
-            for path in paths:
-                for row in _iter_parsed(path, parse_solution):
-                    result.read += 1
-                    batch.append(row)
-                    _tick(progress)
-                    if len(batch) >= WRITE_BATCH:
-                        _write_solutions(batch, problem_ids, result)
-                        batch = []
+            for row in _iter_parsed(located, parse_solution):
+                result.read += 1
+                batch.append(row)
+                _tick(progress)
+                if len(batch) >= WRITE_BATCH:
+                    _write_solutions(batch, problem_ids, result)
+                    batch = []
             _write_solutions(batch, problem_ids, result)
             if dry_run:
                 raise _DryRunRollback

@@ -1,13 +1,18 @@
-"""Labeler records for signed-in users, and who may take work."""
+"""Labeler records for signed-in users, who may take work, and status changes."""
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser
+from collections.abc import Collection
+from datetime import datetime
 
-from labeling.models import Labeler, LabelerStatus
+from django.contrib.auth.models import AbstractBaseUser, User
+from django.db import transaction
+from django.utils import timezone
 
-# The statuses that may be handed normal work. The screening gate (a later
-# piece of work) narrows this to ACTIVE and serves screening items to the rest.
+from labeling.models import Assignment, AssignmentStatus, Labeler, LabelerStatus, LabelerStatusEvent
+
+# The statuses that may be handed tasks at all. SCREENING labelers are handed
+# only screening items (labeling.queue); ACTIVE ones normal work and QC items.
 _MAY_TAKE_WORK = frozenset({LabelerStatus.SCREENING, LabelerStatus.ACTIVE})
 
 
@@ -22,3 +27,71 @@ def labeler_for_user(*, user: AbstractBaseUser) -> Labeler:
 def labeler_can_take_work(labeler: Labeler) -> bool:
     """The one place that decides whether a labeler is handed tasks."""
     return labeler.status in _MAY_TAKE_WORK
+
+
+def labeler_needs_screening(labeler: Labeler) -> bool:
+    """Whether the labeler may be handed screening items only (never normal or QC work)."""
+    return labeler.status == LabelerStatus.SCREENING
+
+
+def labeler_set_status(
+    *,
+    labeler: Labeler,
+    status: LabelerStatus,
+    reason: str,
+    changed_by: User | None = None,
+    expected: Collection[str] | None = None,
+    exclude_labels: bool | None = None,
+    now: datetime | None = None,
+) -> bool:
+    """Change a labeler's status (admission, failure, suspension, admin override); True if changed.
+
+    ``expected``: change only from one of these statuses (automatic changes
+    pass it, so they never undo an admin's decision made a moment earlier).
+    A labeler leaving a status loses their in-progress lease: the assignment
+    is marked EXPIRED (kept for audit, not exported) and its task goes back to
+    the queue, so a suspended person cannot keep rating an open task. The
+    ``labeler`` instance is updated in place.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        # The labeler row is the lock that serialises status changes with each
+        # other and with hand-outs (labeling.queue takes it too): two requests
+        # finishing screening at once must admit once, and a suspension must
+        # not interleave with a hand-out that read the old status. NO KEY so
+        # inserts that reference the labeler (assignments) are not blocked.
+        current = Labeler.objects.select_for_update(no_key=True).filter(pk=labeler.pk).first()
+        if current is None or (expected is not None and current.status not in expected):
+            if current is not None:
+                _copy_status(current, into=labeler)
+            return False
+        changed = current.status != status
+        if changed:
+            Assignment.objects.filter(labeler=current, status=AssignmentStatus.IN_PROGRESS).update(
+                status=AssignmentStatus.EXPIRED
+            )
+            LabelerStatusEvent.objects.create(
+                labeler=current,
+                from_status=current.status,
+                to_status=status,
+                reason=reason,
+                changed_by=changed_by,
+                created_at=now,
+            )
+            current.status = status
+            current.status_changed_at = now
+        current.status_reason = reason
+        fields = ["status", "status_reason", "status_changed_at"]
+        if exclude_labels is not None:
+            current.exclude_labels = exclude_labels
+            fields.append("exclude_labels")
+        current.save(update_fields=fields)
+        _copy_status(current, into=labeler)
+        labeler.exclude_labels = current.exclude_labels
+        return changed
+
+
+def _copy_status(source: Labeler, *, into: Labeler) -> None:
+    into.status = source.status
+    into.status_reason = source.status_reason
+    into.status_changed_at = source.status_changed_at

@@ -269,6 +269,14 @@ class Task(models.Model):
         indexes = [
             # "next task": open tasks of a generation, best first.
             models.Index(fields=["generation", "status", "-priority", "id"], name="task_queue_idx"),
+            # The screening set and the QC pool (labeling.queue): open gold
+            # tasks of one kind, in serving order. Partial, so the large
+            # normal queue does not pay for it.
+            models.Index(
+                fields=["kind", "status", "-priority", "id"],
+                condition=~Q(kind=TaskKind.NORMAL),
+                name="task_gold_kind_idx",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -405,3 +413,85 @@ class GoldStep(models.Model):
                 name="gold_step_allows_some_rating",
             ),
         ]
+
+
+class ExportJobStatus(models.TextChoices):
+    QUEUED = "queued", "queued"
+    RUNNING = "running", "running"
+    DONE = "done", "done"
+    FAILED = "failed", "failed"
+
+
+class ExportFormat(models.TextChoices):
+    PRM800K = "prm800k", "PRM800K JSONL"
+    STEPWISE = "stepwise", "TRL stepwise JSONL"
+    PARQUET = "parquet", "TRL stepwise Parquet"
+
+
+class ExportJob(models.Model):
+    """An export requested from the API or admin and run by a worker (labeling.exportjobs)."""
+
+    status = models.CharField(max_length=10, choices=ExportJobStatus.choices, default=ExportJobStatus.QUEUED)
+    format = models.CharField(max_length=10, choices=ExportFormat.choices, default=ExportFormat.PRM800K)
+    # ExportFilters as a dict (plus "neutral" for stepwise formats).
+    filters = models.JSONField(default=dict, blank=True)
+    # Where the worker wrote the file, under settings.EXPORT_DIR.
+    path = models.CharField(max_length=500, blank=True, default="")
+    records = models.PositiveBigIntegerField(null=True, blank=True)
+    sha256 = models.CharField(max_length=64, blank=True, default="")
+    # Records written so far, and the number expected (counted when the run
+    # starts): the status card's progress bar.
+    progress = models.PositiveBigIntegerField(default=0)
+    total = models.PositiveBigIntegerField(null=True, blank=True)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="export_jobs"
+    )
+    error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=~Q(status=ExportJobStatus.DONE) | Q(records__isnull=False),
+                name="export_job_done_has_records",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"export {self.pk} ({self.format}, {self.status})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in (ExportJobStatus.DONE, ExportJobStatus.FAILED)
+
+
+class LabelerStatusEvent(models.Model):
+    """One change of a labeler's status (labeling.labelers.labeler_set_status): the audit trail.
+
+    Admission and failure after screening, automatic suspension and every admin
+    override each leave one row, so "why is this person suspended, and since
+    when" is answerable after later changes overwrote ``Labeler.status_reason``.
+    """
+
+    labeler = models.ForeignKey(Labeler, on_delete=models.CASCADE, related_name="status_events")
+    from_status = models.CharField(max_length=20, choices=LabelerStatus.choices)
+    to_status = models.CharField(max_length=20, choices=LabelerStatus.choices)
+    reason = models.TextField(blank=True, default="")
+    # Null for automatic changes (screening result, rolling quality).
+    changed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            # A labeler's status history, newest first (admin page).
+            models.Index(fields=["labeler", "-created_at"], name="labeler_status_event_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.labeler_id}: {self.from_status} -> {self.to_status}"

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from labeling.models import (
@@ -61,6 +61,26 @@ class _Row:
     completion: int
     rating: int | None
     version: int
+    flagged: bool | None = None
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class Rated:
+    """What one rating request did, for the response: the page updates only what changed.
+
+    ``ratings`` is the stored state of the assignment after the request, as
+    (step index, completion index, text, rating, flagged, version) tuples in
+    page order; it is None when ``reshaped`` (steps were dropped or
+    alternatives added or removed), and the page is then rendered afresh.
+    """
+
+    applied: bool
+    reshaped: bool
+    assignment: Assignment
+    ratings: list[tuple[int, int, str, int | None, bool | None, int]] | None
+    # Where labeling stood before the request: the rows past it are new to the page.
+    stop_before: int
 
 
 def _lock(assignment: Assignment) -> Assignment:
@@ -91,9 +111,18 @@ def _account_time(assignment: Assignment, *, now: datetime) -> list[str]:
 
 def _rows(assignment: Assignment) -> list[_Row]:
     return [
-        _Row(step_id=s, index=i, chosen=ch, completion=c, rating=r, version=v)
-        for s, i, ch, c, r, v in StepRating.objects.filter(step__assignment=assignment).values_list(
-            "step_id", "step__index", "step__chosen_completion", "completion_index", "rating", "version"
+        _Row(step_id=s, index=i, chosen=ch, completion=c, rating=r, version=v, flagged=f, text=t)
+        for s, i, ch, c, r, v, f, t in StepRating.objects.filter(step__assignment=assignment)
+        .order_by("step__index", "completion_index")
+        .values_list(
+            "step_id",
+            "step__index",
+            "step__chosen_completion",
+            "completion_index",
+            "rating",
+            "version",
+            "flagged",
+            "text",
         )
     ]
 
@@ -121,6 +150,34 @@ def step_rate(
     now: datetime | None = None,
 ) -> bool:
     """Store one completion's rating and flag; False when the request was stale or a repeat (nothing changed)."""
+    return step_rate_outcome(
+        assignment=assignment,
+        step_index=step_index,
+        completion_index=completion_index,
+        rating=rating,
+        flagged=flagged,
+        version=version,
+        now=now,
+    ).applied
+
+
+def step_rate_outcome(
+    *,
+    assignment: Assignment,
+    step_index: int,
+    completion_index: int,
+    rating: int | None,
+    flagged: bool,
+    version: int,
+    now: datetime | None = None,
+) -> Rated:
+    """step_rate, telling the caller what changed so that it can answer with just that.
+
+    Queries, the common case (a step rated in place or the next step rated):
+    two row locks, one read of the assignment's ratings, one upsert (plus the
+    new LabeledStep and the previous step's chosen_completion when a step is
+    added) and one UPDATE of the assignment's time and lease.
+    """
     if rating not in (None, -1, 0, 1):
         raise RatingRejected("A rating is -1, 0 or +1.")
     if not 1 <= version <= MAX_VERSION:
@@ -141,51 +198,89 @@ def step_rate(
         else:
             if not (progress.stopped_at_error and step_index == progress.stop_index and existing is not None):
                 raise RatingRejected("Alternatives are rated only at the step rated -1.")
-            text = ""  # the row exists; text was stored when it was created
+            text = existing.text
 
-        if existing is not None and existing.version >= version:
-            return False
-        if existing is None and version <= locked.ratings_reset_version:
-            return False  # a delayed click on a rating that a newer click deleted
+        if (existing is not None and existing.version >= version) or (
+            existing is None and version <= locked.ratings_reset_version  # a click on a rating a newer click deleted
+        ):
+            return Rated(
+                applied=False,
+                reshaped=False,
+                assignment=locked,
+                ratings=_page_order(rows),
+                stop_before=progress.stop_index,
+            )
 
         # The release stores an unflagged original step as null and an
         # unflagged alternative as false; we write the same.
         stored_flag: bool | None = True if flagged else (None if completion_index == 0 else False)
-        if existing is None:
-            step_id = next((r.step_id for r in rows if r.index == step_index), None)
-            if step_id is None:
-                # No get_or_create needed: the assignment row lock serialises writers.
-                step_id = LabeledStep.objects.create(assignment=locked, index=step_index).pk
-            StepRating.objects.create(
-                step_id=step_id,
-                completion_index=completion_index,
-                text=text,
-                rating=rating,
-                flagged=stored_flag,
-                version=version,
-                updated_at=now,
-            )
-        else:
-            # Conditional even under the row lock, so the rule "only newer
-            # versions apply" holds in the statement itself.
-            StepRating.objects.filter(
-                step_id=existing.step_id, completion_index=completion_index, version__lt=version
-            ).update(rating=rating, flagged=stored_flag, version=version, updated_at=now)
+        step_id = next((r.step_id for r in rows if r.index == step_index), None)
+        added_step = step_id is None
+        if step_id is None:
+            # No get_or_create needed: the assignment row lock serialises
+            # writers. Created as the last labeled step: chosen_completion null.
+            step_id = LabeledStep.objects.create(assignment=locked, index=step_index).pk
+        _upsert_rating(
+            step_id=step_id,
+            completion_index=completion_index,
+            text=text,
+            rating=rating,
+            flagged=stored_flag,
+            version=version,
+            now=now,
+        )
+        after = [r for r in rows if not (r.index == step_index and r.completion == completion_index)]
+        after.append(
+            _Row(step_id, step_index, None if added_step else (existing.chosen if existing else None),
+                 completion_index, rating, version, stored_flag, text)
+        )  # fmt: skip
 
+        reshaped = False
         if completion_index == 0:
-            own = {r.index: r.rating for r in rows if r.completion == 0}
-            own[step_index] = rating
-            _keep_trajectory_consistent(locked, steps=steps, own=own, rows=rows, version=version)
+            reshaped = _keep_trajectory_consistent(locked, steps=steps, rows=after, version=version)
 
         fields = _account_time(locked, now=now)
         locked.lease_expires_at = lease_expiry(now=now)
         locked.save(update_fields=[*fields, "lease_expires_at", "ratings_reset_version"])
-    return True
+    return Rated(
+        applied=True,
+        reshaped=reshaped,
+        assignment=locked,
+        ratings=None if reshaped else _page_order(after),
+        stop_before=progress.stop_index,
+    )
 
 
-def _keep_trajectory_consistent(
-    assignment: Assignment, *, steps: list[str], own: dict[int, int | None], rows: list[_Row], version: int
-) -> None:
+def _page_order(rows: list[_Row]) -> list[tuple[int, int, str, int | None, bool | None, int]]:
+    return [(r.index, r.completion, r.text, r.rating, r.flagged, r.version) for r in sorted(
+        rows, key=lambda r: (r.index, r.completion))]  # fmt: skip
+
+
+def _upsert_rating(
+    *, step_id: int, completion_index: int, text: str, rating: int | None, flagged: bool | None, version: int,
+    now: datetime,
+) -> None:  # fmt: skip
+    # One statement for "create or overwrite, but only with a newer version":
+    # the rule holds in the statement itself, not only under the row lock.
+    table = StepRating._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (step_id, completion_index, text, rating, flagged, version, updated_at)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (step_id, completion_index) DO UPDATE SET rating = EXCLUDED.rating,"
+            " flagged = EXCLUDED.flagged, version = EXCLUDED.version, updated_at = EXCLUDED.updated_at"
+            f" WHERE {table}.version < EXCLUDED.version",
+            [step_id, completion_index, text, rating, flagged, version, now],
+        )
+
+
+def _keep_trajectory_consistent(assignment: Assignment, *, steps: list[str], rows: list[_Row], version: int) -> bool:
+    """Drop what the new own rating cut off, add the error step's alternatives, fix chosen_completion.
+
+    ``rows`` is the stored state after the write. True when rows were
+    deleted or alternatives created (the page must be rendered afresh).
+    """
+    own = {r.index: r.rating for r in rows if r.completion == 0}
     progress = progress_compute(step_count=len(steps), own_ratings=own, alternative_ratings={})
     stop = progress.stop_index
     deleted = 0
@@ -196,29 +291,33 @@ def _keep_trajectory_consistent(
         StepRating.objects.filter(step__assignment=assignment, completion_index__gt=0).exclude(
             step__index=stop if progress.stopped_at_error else -1
         ).delete()
-    stops_at_a_stored_step = progress.stop_index in own  # rated -1, or a flag without a rating
+    stops_at_a_stored_step = stop in own  # rated -1, or a flag without a rating
     if deleted or stale_alternatives or stops_at_a_stored_step:
         # This click ended the trajectory here (or dropped ratings): an older
         # click on a later step, arriving late, must not re-create its row.
         assignment.ratings_reset_version = max(assignment.ratings_reset_version, version)
 
+    created = False
     if progress.stopped_at_error and not any(r.completion > 0 and r.index == stop for r in rows):
         alternatives = list(
             StepAlternative.objects.filter(solution_id=assignment.task.solution_id, step_index=stop).order_by("ordinal")
         )
         if alternatives:
-            step = LabeledStep.objects.get(assignment=assignment, index=stop)
+            step_id = next(r.step_id for r in rows if r.index == stop)
             StepRating.objects.bulk_create(
-                StepRating(step=step, completion_index=a.ordinal, text=a.text, rating=None, flagged=False)
+                StepRating(step_id=step_id, completion_index=a.ordinal, text=a.text, rating=None, flagged=False)
                 for a in alternatives
             )
+            created = True
 
-    stored = dict(LabeledStep.objects.filter(assignment=assignment).values_list("index", "chosen_completion"))
+    # chosen_completion from what the rows say is stored (no re-read).
+    stored = {r.index: r.chosen for r in rows if r.completion == 0 and r.index <= stop}
     wanted = chosen_completions(labeled_indexes=sorted(stored))
     for value in (0, None):
         changed = [i for i, c in wanted.items() if c == value and stored[i] != value]
         if changed:
             LabeledStep.objects.filter(assignment=assignment, index__in=changed).update(chosen_completion=value)
+    return bool(deleted or stale_alternatives or created)
 
 
 def assignment_submit(*, assignment: Assignment, now: datetime | None = None) -> FinishReason:

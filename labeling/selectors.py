@@ -46,6 +46,14 @@ def assignments_of(*, labeler: Labeler) -> QuerySet[Assignment]:
     return Assignment.objects.filter(labeler=labeler).select_related("task__solution__problem")
 
 
+def assignments_of_user(*, user_id: int) -> QuerySet[Assignment]:
+    """assignments_of for the hot htmx endpoints: one query, no Labeler get-or-create, nothing joined.
+
+    A signed-in user without a Labeler row has no assignments, so this finds
+    exactly what assignments_of finds."""
+    return Assignment.objects.filter(labeler__user_id=user_id)
+
+
 def assignment_current(*, labeler: Labeler) -> Assignment | None:
     return Assignment.objects.filter(labeler=labeler, status=AssignmentStatus.IN_PROGRESS).first()
 
@@ -78,13 +86,27 @@ class StepRow:
 @dataclass(frozen=True)
 class TaskScreen:
     assignment: Assignment
-    problem: Problem
     rows: list[StepRow]
     progress: Progress
     # Highest rating version stored for this assignment: the page numbers its
     # next click above it, and drops an htmx response older than one it has.
     version: int
     step_count: int
+
+    @property
+    def problem(self) -> Problem:
+        # Read only by the full panel; a partial htmx answer never loads it.
+        return self.assignment.task.solution.problem
+
+    @property
+    def completion_count(self) -> int:
+        return sum(1 + len(row.alternatives) for row in self.rows)
+
+    def completion(self, step_index: int, completion_index: int) -> CompletionRow | None:
+        if not 0 <= step_index < len(self.rows):
+            return None
+        row = self.rows[step_index]
+        return next((c for c in [row.own, *row.alternatives] if c.completion_index == completion_index), None)
 
     @property
     def ready_reason(self) -> FinishReason | None:
@@ -108,14 +130,22 @@ class TaskScreen:
         return "finish"
 
 
+Ratings = list[tuple[int, int, str, int | None, bool | None, int]]
+
+
 def task_screen(*, assignment: Assignment) -> TaskScreen:
-    solution = assignment.task.solution
-    steps: list[str] = solution.steps or []
     ratings = list(
         StepRating.objects.filter(step__assignment=assignment)
         .order_by("step__index", "completion_index")
         .values_list("step__index", "completion_index", "text", "rating", "flagged", "version")
     )
+    return task_screen_from(assignment=assignment, ratings=ratings)
+
+
+def task_screen_from(*, assignment: Assignment, ratings: Ratings) -> TaskScreen:
+    """The screen from ratings already in hand (the rating service returns them): no query."""
+    solution = assignment.task.solution
+    steps: list[str] = solution.steps or []
     own = {i: r for i, c, _t, r, _f, _v in ratings if c == 0}
     first = progress_compute(step_count=len(steps), own_ratings=own, alternative_ratings={})
     alternatives = {c: r for i, c, _t, r, _f, _v in ratings if c > 0 and i == first.stop_index}
@@ -150,7 +180,6 @@ def task_screen(*, assignment: Assignment) -> TaskScreen:
         )
     return TaskScreen(
         assignment=assignment,
-        problem=solution.problem,
         rows=rows,
         progress=progress,
         version=version,

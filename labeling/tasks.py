@@ -6,6 +6,7 @@ from typing import Any
 
 from celery import shared_task
 
+from labeling.exportjobs import export_job_run
 from labeling.exports import ExportFilters, prm800k_export
 
 
@@ -16,3 +17,9 @@ def export_prm800k_file(*, output: str, filters: dict[str, Any] | None = None) -
     options["generations"] = tuple(options.get("generations", ()))
     result = prm800k_export(output=output, filters=ExportFilters(**options))
     return {"path": str(result.path), "records": result.records, "sha256": result.sha256}
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
+def run_export_job(*, job_id: int) -> None:
+    """Run one ExportJob (labeling.exportjobs); the row records the outcome."""
+    export_job_run(job_id=job_id)

@@ -14,4 +14,5 @@ urlpatterns = [
     path("assignments/<int:pk>/submit/", views.submit, name="submit"),
     path("assignments/<int:pk>/give-up/", views.give_up, name="give-up"),
     path("assignments/<int:pk>/bad-problem/", views.bad_problem, name="bad-problem"),
+    path("screening/", views.screening_result, name="screening-result"),
 ]

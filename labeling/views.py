@@ -17,7 +17,8 @@ from django_htmx.middleware import HtmxDetails
 
 from labeling.forms import RateForm, ReasonForm
 from labeling.labelers import labeler_can_take_work, labeler_for_user
-from labeling.models import Assignment, FinishReason, Labeler
+from labeling.models import Assignment, FinishReason, Labeler, LabelerStatus
+from labeling.quality import labeler_screening_result
 from labeling.queue import LabelerMayNotWork, assignment_next
 from labeling.rating import (
     AssignmentClosed,
@@ -25,9 +26,16 @@ from labeling.rating import (
     RatingRejected,
     assignment_abandon,
     assignment_submit,
-    step_rate,
+    step_rate_outcome,
 )
-from labeling.selectors import assignment_current, assignments_of, labeler_stats, task_screen
+from labeling.selectors import (
+    assignment_current,
+    assignments_of,
+    assignments_of_user,
+    labeler_stats,
+    task_screen,
+    task_screen_from,
+)
 
 VERSION_HEADER = "X-Rating-Version"
 
@@ -89,6 +97,8 @@ def next_task(request: HttpRequest) -> HttpResponse:
     try:
         assignment = assignment_next(labeler=labeler)
     except LabelerMayNotWork:
+        if labeler.status == LabelerStatus.FAILED_SCREENING:
+            return redirect("screening-result")
         return _refused(
             request, f"Your account is {labeler.get_status_display()}: no tasks are handed out to it.", status=403
         )
@@ -107,12 +117,13 @@ def task(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 @require_POST
 def rate(request: HttpRequest, pk: int, step: int, completion: int) -> HttpResponse:
-    assignment = _own_assignment(request, pk)
+    assert request.user.is_authenticated  # login_required ran first
+    assignment = get_object_or_404(assignments_of_user(user_id=request.user.pk), pk=pk)
     form = RateForm(request.POST)
     if not form.is_valid():
         return _refused(request, "That rating could not be read; reload the page.", status=400)
     try:
-        step_rate(
+        outcome = step_rate_outcome(
             assignment=assignment,
             step_index=step,
             completion_index=completion,
@@ -124,8 +135,23 @@ def rate(request: HttpRequest, pk: int, step: int, completion: int) -> HttpRespo
         return _refused(request, str(exc))
     if not _htmx(request):
         return redirect(reverse("task", args=[assignment.pk]) + f"#step-{step}")
-    assignment.refresh_from_db()
-    return _task_response(request, assignment)
+    if outcome.ratings is None:
+        # Steps were dropped or alternatives appeared: the whole panel, afresh.
+        return _task_response(request, outcome.assignment)
+    # The usual click: answer with the rated row, the step it revealed (if
+    # any), the finish box and the cursor, swapped out of band; re-rendering
+    # the whole panel on every click is what made a rating expensive.
+    screen = task_screen_from(assignment=outcome.assignment, ratings=outcome.ratings)
+    shown_before = min(outcome.stop_before, screen.step_count - 1)
+    context = {
+        "screen": screen,
+        "rated": screen.completion(step, completion),
+        "revealed": screen.rows[shown_before + 1 :],
+    }
+    response = render(request, "labeling/task.html#rated", context)
+    response["HX-Reswap"] = "none"
+    response[VERSION_HEADER] = f"{assignment.pk}:{screen.version}"
+    return response
 
 
 @login_required
@@ -168,10 +194,13 @@ def _abandon(request: HttpRequest, pk: int, reason: FinishReason) -> HttpRespons
 def _next_after_finish(request: HttpRequest) -> HttpResponse:
     # Finishing hands over the next task at once: the labeler asked for work
     # by starting, and keeps it until they stop.
+    labeler = _labeler(request)
     try:
-        following = assignment_next(labeler=_labeler(request))
+        following = assignment_next(labeler=labeler)
     except LabelerMayNotWork:
         following = None
+    if following is None and labeler.status == LabelerStatus.FAILED_SCREENING:
+        return _screening_redirect(request)
     if not _htmx(request):
         if following is None:
             messages.info(request, "Saved. No more tasks are waiting for you right now.")
@@ -179,3 +208,24 @@ def _next_after_finish(request: HttpRequest) -> HttpResponse:
         return redirect("task", pk=following.pk)
     response = _task_response(request, following, finished=True)
     return push_url(response, reverse("task", args=[following.pk]) if following else reverse("home"))
+
+
+# --- Screening (labeling.quality) ---------------------------------------------
+
+
+def _screening_redirect(request: HttpRequest) -> HttpResponse:
+    if _htmx(request):
+        response = HttpResponse(status=204)
+        response["HX-Redirect"] = reverse("screening-result")
+        return response
+    return redirect("screening-result")
+
+
+@login_required
+@require_GET
+def screening_result(request: HttpRequest) -> HttpResponse:
+    """The labeler's own screening: progress, then the overall result (never per-item answers)."""
+    labeler = _labeler(request)
+    return render(
+        request, "labeling/screening.html", {"labeler": labeler, "result": labeler_screening_result(labeler=labeler)}
+    )

@@ -7,7 +7,12 @@
    - Every click sends the full state of one completion plus a version number
      that only grows; the server ignores a version older than what it has.
      A response older than one already shown is not swapped in.
-   - Math is typeset with KaTeX auto-render after every swap. */
+   - A rating is answered with only what changed (HX-Reswap: none plus
+     out-of-band swaps: the rated row, a newly revealed step, the finish box,
+     #task-state); a click that reshapes the steps gets the whole panel.
+     #task-state says how many rows the page should have: a page that missed
+     an update (a stale response dropped) reloads the panel.
+   - Math is typeset with KaTeX auto-render in each newly swapped-in element. */
 (function () {
   "use strict";
 
@@ -47,13 +52,23 @@
     if (form && form.scrollIntoView) form.scrollIntoView({ block: "nearest" });
   }
 
+  function reloadPanel() {
+    if (panel() && window.htmx) window.htmx.ajax("GET", window.location.pathname, { target: "#task", swap: "outerHTML" });
+  }
+
   function initPanel() {
     var p = panel();
-    if (!p) return;
-    typeset(p);
-    var v = parseInt(p.getAttribute("data-version") || "0", 10);
+    var state = document.getElementById("task-state");
+    if (!p || !state) return;
+    var v = parseInt(state.getAttribute("data-version") || "0", 10);
     if (v > seq) seq = v;
-    var current = p.getAttribute("data-current");
+    var steps = parseInt(state.getAttribute("data-steps") || "0", 10);
+    var count = parseInt(state.getAttribute("data-completions") || "0", 10);
+    if (inflight === 0 && (p.querySelectorAll("#steps > li").length !== steps || completions().length !== count)) {
+      reloadPanel();
+      return;
+    }
+    var current = state.getAttribute("data-current");
     var target = current && current !== "finish" ? document.getElementById(current) : null;
     if (current === "finish") {
       var all = completions();
@@ -172,7 +187,7 @@
     flash(text);
     pendingKeys = [];
     // Show what the server really has: the optimistic state may be wrong now.
-    if (panel() && window.htmx) window.htmx.ajax("GET", window.location.pathname, { target: "#task", swap: "outerHTML" });
+    reloadPanel();
   });
 
   document.addEventListener("htmx:sendError", function () {
@@ -180,12 +195,22 @@
     pendingKeys = [];
   });
 
-  document.addEventListener("htmx:afterSettle", function () {
+  // Every element htmx inserts (the panel, or a row swapped in out of band)
+  // is typeset once, when it arrives.
+  document.addEventListener("htmx:load", function (e) {
+    var elt = e.target;
+    if (elt && elt !== document.body && elt.closest && elt.closest("#task")) typeset(elt);
+  });
+
+  document.addEventListener("htmx:afterSettle", function (e) {
+    // Once per response: out-of-band rows settle too, each with this event.
+    if (!e.target || e.target.id !== "task") return;
     initPanel();
     while (inflight === 0 && pendingKeys.length) handleKey(pendingKeys.shift());
   });
 
   document.addEventListener("DOMContentLoaded", function () {
-    if (panel()) initPanel(); else typeset(document.querySelector("main"));
+    typeset(document.querySelector("main"));
+    initPanel();
   });
 })();

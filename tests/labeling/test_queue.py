@@ -105,9 +105,11 @@ def test_it_refuses_labelers_who_may_not_work():
     assert not Assignment.objects.exists()
 
 
-def test_it_lets_screening_labelers_take_normal_work_for_now():
+def test_it_gives_unscreened_labelers_no_normal_work():
+    # The screening gate (tests/labeling/test_screening.py): without a
+    # screening set they wait; they never get normal work.
     make_task(generation=make_generation())
-    assert assignment_next(labeler=make_labeler(status=LabelerStatus.SCREENING)) is not None
+    assert assignment_next(labeler=make_labeler(status=LabelerStatus.SCREENING)) is None
 
 
 def test_it_requeues_an_expired_lease_and_marks_the_old_assignment_expired(settings):
@@ -155,10 +157,12 @@ def test_it_finds_the_next_task_in_a_bounded_number_of_queries(django_assert_max
     for i in range(30):
         make_task(generation=g, priority=i)
     labeler = make_labeler()
-    # 5 queries and the savepoint around them.
-    with django_assert_max_num_queries(7):
+    # 5 queries and the savepoint around them, plus quality control: the
+    # labeler row lock, the rolling-quality window and (when the QC coin
+    # comes up) the unseen QC items.
+    with django_assert_max_num_queries(10):
         assert assignment_next(labeler=labeler) is not None
-    with django_assert_max_num_queries(4):
+    with django_assert_max_num_queries(5):
         assert assignment_next(labeler=labeler) is not None  # the same lease
 
 

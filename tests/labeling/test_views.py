@@ -126,16 +126,84 @@ def test_it_escapes_step_text():
     assert "&lt;script&gt;" in body
 
 
-def test_it_saves_a_rating_and_returns_the_panel_to_htmx():
+def test_it_answers_a_rating_with_only_the_rated_row_and_the_revealed_step():
     client, a = _started()
     response = _rate(client, a, 0, 1, 1, **HX)
     assert response.status_code == 200
     assert response["X-Rating-Version"] == f"{a.pk}:1"
+    assert response["HX-Reswap"] == "none"  # everything is swapped out of band
+    body = response.content.decode()
+    assert "<section" not in body and "<html" not in body
+    assert 'id="task-state" hidden data-version="1" data-current="c-1-0" data-steps="2"' in body
+    assert body.count('hx-swap-oob="true"') == 3  # state, finish box, the rated row
+    assert '<form class="completion r-good"\n      id="c-0-0"' in body
+    assert '<ol hx-swap-oob="beforeend:#steps">\n<li class="step" id="step-1">' in body
+    assert escape(STEPS[1]) in body  # the next step is revealed
+    assert escape(STEPS[0]) in body
+    assert StepRating.objects.get().rating == 1
+
+
+def test_it_answers_a_re_rating_without_revealing_anything():
+    client, a = _started()
+    _rate(client, a, 0, 1, 1, **HX)
+    body = _rate(client, a, 0, 0, 2, **HX).content.decode()
+    assert '<form class="completion r-okay"\n      id="c-0-0"' in body
+    assert "beforeend:#steps" not in body
+    assert 'data-current="c-1-0"' in body
+
+
+def test_it_shows_the_finish_box_out_of_band_after_the_last_step():
+    client, a = _started(steps=["Only step."])
+    body = _rate(client, a, 0, 1, 1, **HX).content.decode()
+    assert '<div id="finish-box" hx-swap-oob="true">' in body
+    assert 'id="finish"' in body
+    assert 'data-current="finish"' in body
+
+
+def test_it_answers_a_rating_that_drops_steps_with_the_whole_panel():
+    client, a = _started(alternatives={1: ["Alternative A"]})
+    for version, (step, rating) in enumerate([(0, 1), (1, 1), (2, 1)], start=1):
+        _rate(client, a, step, rating, version, **HX)
+    response = _rate(client, a, 1, -1, 4, **HX)
+    assert "HX-Reswap" not in response
     body = response.content.decode()
     assert body.lstrip().startswith('<section id="task"')
-    assert "<html" not in body
-    assert escape(STEPS[1]) in body  # the next step is revealed
+    assert 'id="step-2"' not in body
+    assert "Alternative A" in body
+    assert response["X-Rating-Version"] == f"{a.pk}:4"
+
+
+def test_it_ignores_a_stale_rating_and_answers_with_what_is_stored():
+    client, a = _started()
+    _rate(client, a, 0, 1, 5, **HX)
+    response = _rate(client, a, 0, -1, 3, **HX)
+    assert response.status_code == 200
+    assert response["X-Rating-Version"] == f"{a.pk}:5"
+    assert '<form class="completion r-good"\n      id="c-0-0"' in response.content.decode()
     assert StepRating.objects.get().rating == 1
+
+
+def test_it_rates_in_a_fixed_number_of_queries(django_assert_num_queries):
+    client, a = _started()
+    _rate(client, a, 0, 1, 1, **HX)
+    # session, user, assignment; BEGIN, task lock, assignment lock (+solution),
+    # ratings, new LabeledStep, upsert, previous step's chosen_completion,
+    # assignment time and lease, COMMIT. The answer itself needs none.
+    with django_assert_num_queries(12):
+        _rate(client, a, 1, 1, 2, **HX)
+    # Re-rating a stored step: no LabeledStep to create, no chosen_completion to move.
+    with django_assert_num_queries(10):
+        _rate(client, a, 1, 0, 3, **HX)
+
+
+def test_it_hands_out_the_next_task_in_a_bounded_number_of_queries(django_assert_max_num_queries):
+    make_task(generation=make_generation())
+    client = _client(make_labeler())
+    # session, user, labeler; the transaction: current lease, QC/screening
+    # checks, open generations, candidate (locked), its live count, the new
+    # assignment. A bound, not an exact count: the queue's QC rules are growing.
+    with django_assert_max_num_queries(14):
+        assert client.post(reverse("next-task")).status_code == 302
 
 
 def test_it_redirects_a_plain_form_post_back_to_the_task():

@@ -1,0 +1,159 @@
+"""Small server-rendered SVG charts for the dashboard (no chart library, no JavaScript).
+
+Every text that reaches the SVG is escaped; numbers are formatted here. Each
+chart is a plain ``<svg>`` with a ``<title>`` per mark, so hovering shows the
+value and screen readers get a label.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
+
+PALETTE = ["#2563eb", "#16a34a", "#dc2626", "#9333ea", "#ea580c", "#0891b2"]
+_W, _H = 640, 220
+_PAD_L, _PAD_R, _PAD_T, _PAD_B = 48, 12, 12, 40
+
+
+def _fmt(value: float) -> str:
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    if value == int(value):
+        return str(int(value))
+    return f"{value:.3g}"
+
+
+def _frame(body: str, *, label: str, width: int = _W, height: int = _H) -> SafeString:
+    return mark_safe(
+        f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" aria-label="{escape(label)}" '
+        f'xmlns="http://www.w3.org/2000/svg" font-size="11" font-family="system-ui, sans-serif">{body}</svg>'
+    )
+
+
+def _y_axis(top: float, *, height: int = _H) -> str:
+    parts = []
+    plot_h = height - _PAD_T - _PAD_B
+    for i in range(5):
+        value = top * i / 4
+        y = height - _PAD_B - plot_h * i / 4
+        parts.append(
+            f'<line x1="{_PAD_L}" x2="{_W - _PAD_R}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e5e7eb"/>'
+            f'<text x="{_PAD_L - 6}" y="{y + 4:.1f}" text-anchor="end" fill="#6b7280">{_fmt(value)}</text>'
+        )
+    return "".join(parts)
+
+
+def _nice_top(values: Sequence[float]) -> float:
+    """The smallest 1/2/2.5/5 x 10^k at or above the peak: round numbers on the axis."""
+    peak = max(values, default=0.0)
+    if peak <= 0:
+        return 1.0
+    magnitude = 10.0 ** math.floor(math.log10(peak))
+    return next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= peak)
+
+
+def bar_chart(points: Sequence[tuple[str, float]], *, label: str, every: int = 1) -> SafeString:
+    """Vertical bars; ``every`` labels only each n-th bar on the x axis (dense daily series)."""
+    if not points:
+        return _frame('<text x="50%" y="50%" text-anchor="middle" fill="#6b7280">no data yet</text>', label=label)
+    top = _nice_top([v for _, v in points])
+    plot_w = _W - _PAD_L - _PAD_R
+    plot_h = _H - _PAD_T - _PAD_B
+    slot = plot_w / len(points)
+    bar_w = max(1.0, slot * 0.8)
+    parts = [_y_axis(top)]
+    for i, (name, value) in enumerate(points):
+        h = plot_h * value / top
+        x = _PAD_L + i * slot + (slot - bar_w) / 2
+        y = _H - _PAD_B - h
+        parts.append(
+            f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar_w:.1f}" height="{h:.1f}" fill="{PALETTE[0]}">'
+            f"<title>{escape(name)}: {_fmt(value)}</title></rect>"
+        )
+        if i % every == 0:
+            parts.append(
+                f'<text x="{x + bar_w / 2:.1f}" y="{_H - _PAD_B + 14}" text-anchor="middle" fill="#374151">'
+                f"{escape(name)}</text>"
+            )
+    return _frame("".join(parts), label=label)
+
+
+def share_bars(rows: Sequence[tuple[str, Sequence[tuple[str, int]]]], *, label: str) -> SafeString:
+    """One horizontal 100 % bar per row, split into its named parts, with a legend."""
+    row_h, gap, left = 22, 10, 90
+    names = [name for name, _ in rows[0][1]] if rows else []
+    height = _PAD_T + len(rows) * (row_h + gap) + 30
+    width = _W
+    parts: list[str] = []
+    for r, (row_label, values) in enumerate(rows):
+        y = _PAD_T + r * (row_h + gap)
+        total = sum(v for _, v in values)
+        parts.append(
+            f'<text x="{left - 6}" y="{y + row_h / 2 + 4}" text-anchor="end" fill="#374151">{escape(row_label)}</text>'
+        )
+        x = float(left)
+        span = width - left - _PAD_R
+        for k, (name, value) in enumerate(values):
+            w = span * value / total if total else 0.0
+            share = 100 * value / total if total else 0.0
+            parts.append(
+                f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{row_h}" fill="{PALETTE[k % len(PALETTE)]}">'
+                f"<title>{escape(row_label)}, {escape(name)}: {value:,} ({share:.1f} %)</title></rect>"
+            )
+            if w > 44:
+                parts.append(
+                    f'<text x="{x + w / 2:.1f}" y="{y + row_h / 2 + 4}" text-anchor="middle" fill="#fff">'
+                    f"{share:.0f} %</text>"
+                )
+            x += w
+    legend_y = height - 12
+    for k, name in enumerate(names):
+        lx = left + k * 120
+        parts.append(
+            f'<rect x="{lx}" y="{legend_y - 9}" width="10" height="10" fill="{PALETTE[k % len(PALETTE)]}"/>'
+            f'<text x="{lx + 14}" y="{legend_y}" fill="#374151">{escape(name)}</text>'
+        )
+    if not rows:
+        parts.append('<text x="50%" y="30" text-anchor="middle" fill="#6b7280">no data yet</text>')
+    return _frame("".join(parts), label=label, width=width, height=max(height, 60))
+
+
+def line_chart(x_labels: Sequence[str], series: Mapping[str, Sequence[float | None]], *, label: str) -> SafeString:
+    """One line per series over shared x positions; None leaves a gap."""
+    values = [v for s in series.values() for v in s if v is not None]
+    if not x_labels or not values:
+        return _frame('<text x="50%" y="50%" text-anchor="middle" fill="#6b7280">no data yet</text>', label=label)
+    top = _nice_top(values)
+    plot_w = _W - _PAD_L - _PAD_R
+    plot_h = _H - _PAD_T - _PAD_B
+    step = plot_w / max(1, len(x_labels) - 1)
+    parts = [_y_axis(top)]
+    for i, name in enumerate(x_labels):
+        x = _PAD_L + (i * step if len(x_labels) > 1 else plot_w / 2)
+        parts.append(
+            f'<text x="{x:.1f}" y="{_H - _PAD_B + 14}" text-anchor="middle" fill="#374151">{escape(name)}</text>'
+        )
+    for k, (name, points) in enumerate(series.items()):
+        color = PALETTE[k % len(PALETTE)]
+        segment: list[str] = []
+        for i, value in enumerate(points):
+            if value is None:
+                segment = []
+                continue
+            x = _PAD_L + (i * step if len(x_labels) > 1 else plot_w / 2)
+            y = _H - _PAD_B - plot_h * value / top
+            segment.append(f"{x:.1f},{y:.1f}")
+            parts.append(
+                f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{color}">'
+                f"<title>{escape(name)} @ {escape(x_labels[i])}: {_fmt(value)}</title></circle>"
+            )
+            if len(segment) > 1:
+                parts.append(f'<polyline points="{" ".join(segment[-2:])}" fill="none" stroke="{color}"/>')
+        parts.append(
+            f'<rect x="{_PAD_L + k * 130}" y="{_H - 14}" width="10" height="10" fill="{color}"/>'
+            f'<text x="{_PAD_L + k * 130 + 14}" y="{_H - 5}" fill="#374151">{escape(name)}</text>'
+        )
+    return _frame("".join(parts), label=label)
