@@ -1,8 +1,9 @@
 """Exporting labeled solutions as PRM800K records.
 
-The export streams: assignments are read in keyset-paginated chunks and their
-steps and ratings fetched per chunk, so memory stays flat however large the
-database is. All reads happen inside one snapshot (REPEATABLE READ on
+The export streams one row per record: each submitted assignment carries its
+label steps as JSON frozen at submission (rebuilt from the rating rows for
+older assignments), read through a server-side cursor, so memory stays flat
+however large the database is. All reads happen inside one snapshot (REPEATABLE READ on
 PostgreSQL, one read transaction on SQLite's WAL), so ratings written while an
 export runs are either wholly in it or wholly absent. The file is written to a
 temporary name beside the target and renamed at the end: an interrupted export
@@ -15,9 +16,11 @@ import contextlib
 import dataclasses
 import gzip
 import hashlib
+import itertools
 import os
 import sys
 import tempfile
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +28,8 @@ from typing import IO, Any
 
 import orjson
 from django.db import connection, transaction
-from django.db.models import Q, QuerySet
+from django.db.models import Q, TextField
+from django.db.models.functions import Cast
 
 from labeling.models import (
     Assignment,
@@ -79,8 +83,6 @@ def read_snapshot() -> Iterator[None]:
         with transaction.atomic():
             with connection.cursor() as cursor:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                # The step stream is sorted by assignment; let the sort stay in memory.
-                cursor.execute("SET LOCAL work_mem = '64MB'")
             yield
         return
     if connection.vendor == "sqlite":
@@ -110,75 +112,73 @@ _ASSIGNMENT_FIELDS = (
     "task__verifier_score",
     "task__absent_question_keys",
     "task__generation__number",
-    "task__solution__steps",
+    "solution_steps_json",
     "task__solution__final_answer",
     "task__solution__problem__problem",
     "task__solution__problem__solution",
     "task__solution__problem__answer",
+    "label_steps_json",
 )
 
 
-def iter_prm800k_records(filters: ExportFilters | None = None) -> Iterator[dict[str, Any]]:
+def iter_prm800k_records(filters: ExportFilters | None = None, *, raw_json: bool = False) -> Iterator[dict[str, Any]]:
     """Records in assignment order. Call inside ``read_snapshot()`` for a consistent view.
 
-    Two ordered streams are merged in Python: the assignments, and their
-    steps left-joined to their ratings, both in assignment order. Each is one
-    query read through a server-side cursor on PostgreSQL, so neither the
-    database nor this process ever holds more than a fetch's worth of rows.
+    One server-side stream of assignments (one row per record): each carries
+    its label steps as the JSON frozen at submission, and its solution's steps
+    as JSON text. With ``raw_json`` those stay ``orjson.Fragment``s, written
+    out without being parsed and re-serialised (the file export); otherwise
+    they are decoded to plain lists. Assignments submitted before labels were
+    frozen have theirs rebuilt from the rating rows, a chunk at a time.
     """
     filters = filters or ExportFilters()
-    selected = Assignment.objects.filter(filters.as_q())
-    assignments = selected.order_by("id").values_list(*_ASSIGNMENT_FIELDS).iterator(chunk_size=CHUNK)
-    steps = _iter_step_rows(selected)
-    pending = next(steps, None)
-    for row in assignments:
-        assignment_id = row[0]
-        entries: list[dict[str, Any]] = []
-        current_index = -1
-        completions: list[dict[str, Any]] = []
-        while pending is not None and pending[0] == assignment_id:
-            _, index, chosen, human, text, rating, flagged, has_rating = pending
-            if index != current_index:
-                completions = []
-                entries.append({"completions": completions, "human_completion": human, "chosen_completion": chosen})
-                current_index = index
-            if has_rating:
-                completions.append({"text": text, "rating": rating, "flagged": flagged})
-            pending = next(steps, None)
-        yield _record(row, entries)
-
-
-def _iter_step_rows(selected: QuerySet[Assignment]) -> Iterator[tuple[Any, ...]]:
-    step = LabeledStep._meta.db_table
-    rating = StepRating._meta.db_table
-    ids_sql, params = selected.values("id").query.sql_with_params()
-    # LEFT JOIN: a labeled step with no completions is still a step.
-    sql = (
-        f"SELECT s.assignment_id, s.{_q('index')}, s.chosen_completion, s.human_completion, "
-        f"r.text, r.rating, r.flagged, r.id IS NOT NULL "
-        f"FROM {step} s LEFT JOIN {rating} r ON r.step_id = s.id "
-        f"WHERE s.assignment_id IN ({ids_sql}) "
-        f"ORDER BY s.assignment_id, s.{_q('index')}, r.completion_index"
+    rows = (
+        Assignment.objects.filter(filters.as_q())
+        .order_by("id")
+        .annotate(solution_steps_json=Cast("task__solution__steps", output_field=TextField()))
+        .values_list(*_ASSIGNMENT_FIELDS)
+        .iterator(chunk_size=CHUNK)
     )
-    if connection.vendor == "postgresql" and connection.in_atomic_block:
-        # A named (server-side) cursor streams; a client cursor would fetch
-        # every rating of the export into memory first.
-        with connection.connection.cursor(name="prm800k_export_steps") as cursor:
-            cursor.execute(sql, params)
-            while rows := cursor.fetchmany(CHUNK * 10):
-                yield from rows
-        return
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        while rows := cursor.fetchmany(CHUNK * 10):
-            yield from rows
+    wrap: Callable[[str], Any] = orjson.Fragment if raw_json else orjson.loads
+    while chunk := list(itertools.islice(rows, CHUNK)):
+        rebuilt = label_steps_for([row[0] for row in chunk if row[-1] is None])
+        for row in chunk:
+            frozen = row[-1]
+            steps = wrap(frozen) if frozen is not None else rebuilt.get(row[0], [])
+            yield _record(row, steps, wrap)
 
 
-def _q(name: str) -> str:
-    return connection.ops.quote_name(name)
+def label_steps_for(assignment_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
+    """``label.steps`` of each assignment, built from its LabeledStep and StepRating rows."""
+    steps: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    if not assignment_ids:
+        return steps
+    entries: dict[int, list[dict[str, Any]]] = {}
+    for step_id, assignment_id, chosen, human in (
+        LabeledStep.objects.filter(assignment_id__in=assignment_ids)
+        .order_by("assignment_id", "index")
+        .values_list("id", "assignment_id", "chosen_completion", "human_completion")
+    ):
+        completions: list[dict[str, Any]] = []
+        entries[step_id] = completions
+        steps[assignment_id].append(
+            {"completions": completions, "human_completion": human, "chosen_completion": chosen}
+        )
+    for step_id, text, rating, flagged in (
+        StepRating.objects.filter(step__assignment_id__in=assignment_ids)
+        .order_by("step_id", "completion_index")
+        .values_list("step_id", "text", "rating", "flagged")
+    ):
+        entries[step_id].append({"text": text, "rating": rating, "flagged": flagged})
+    return steps
 
 
-def _record(row: tuple[Any, ...], steps: list[dict[str, Any]]) -> dict[str, Any]:
+def label_steps_freeze(*, assignment_id: int) -> str:
+    """The JSON to store in ``Assignment.label_steps_json`` when it is submitted."""
+    return orjson.dumps(label_steps_for([assignment_id]).get(assignment_id, [])).decode()
+
+
+def _record(row: tuple[Any, ...], steps: Any, wrap: Callable[[str], Any]) -> dict[str, Any]:
     (
         _id,
         labeler_uuid,
@@ -190,12 +190,14 @@ def _record(row: tuple[Any, ...], steps: list[dict[str, Any]]) -> dict[str, Any]
         verifier_score,
         absent_keys,
         generation_number,
-        solution_steps,
+        solution_steps_json,
         final_answer,
         problem_text,
         reference_solution,
         reference_answer,
+        _frozen,
     ) = row
+    solution_steps = wrap(solution_steps_json) if solution_steps_json is not None else None
     question: dict[str, Any] = {
         "problem": problem_text,
         "ground_truth_solution": reference_solution,
@@ -258,7 +260,7 @@ def prm800k_export(
         count = 0
         sink = sys.stdout.buffer
         with read_snapshot():
-            for record in iter_prm800k_records(filters):
+            for record in iter_prm800k_records(filters, raw_json=True):
                 sink.write(orjson.dumps(record) + b"\n")
                 count += 1
                 if progress is not None:
@@ -278,7 +280,7 @@ def prm800k_export(
             stream: Any = gzip.GzipFile(fileobj=hashing, mode="wb", mtime=0) if target.suffix == ".gz" else hashing
             buffer: list[bytes] = []
             with read_snapshot():
-                for record in iter_prm800k_records(filters):
+                for record in iter_prm800k_records(filters, raw_json=True):
                     buffer.append(orjson.dumps(record))
                     count += 1
                     if len(buffer) >= CHUNK:

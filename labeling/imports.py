@@ -16,6 +16,7 @@ from datetime import UTC, timedelta
 from pathlib import Path
 from typing import Any
 
+import orjson
 from django.db import transaction
 
 from labeling.bulkload import insert_rows
@@ -39,7 +40,7 @@ from labeling.models import (
     content_sha256,
     text_sha256,
 )
-from labeling.prm800k import Record, RecordError, iter_json_objects, iter_records
+from labeling.prm800k import Record, RecordError, iter_json_objects, iter_records, record_to_dict
 
 Progress = Callable[[int], object]
 
@@ -473,6 +474,7 @@ class _Prm800kWriter:
                     "submitted_at": submitted,
                     "total_time_ms": record.total_time,
                     "finish_reason": record.finish_reason,
+                    "label_steps_json": orjson.dumps(record_to_dict(record)["label"]["steps"]).decode(),
                 }
             )
             payloads.append(record)

@@ -311,6 +311,12 @@ class Assignment(models.Model):
     total_time_ms = models.BigIntegerField(null=True, blank=True)
     finish_reason = models.CharField(max_length=20, choices=FinishReason.choices, null=True, blank=True)
     finish_reason_text = models.TextField(blank=True, default="")
+    # The record's label.steps as JSON, frozen when the assignment is
+    # submitted (it is read-only from then on). The LabeledStep/StepRating rows
+    # stay the source of truth; this copy lets an export stream one row per
+    # record instead of re-joining a million ratings (docs/benchmarks.md).
+    # Null for assignments submitted before it existed: exports rebuild those.
+    label_steps_json = models.TextField(null=True, blank=True, editable=False)
     # The rating version of the latest request that deleted ratings (a step
     # changed to -1 or unrated drops the steps after it). A delayed request
     # older than that must not bring a deleted rating back by re-creating it.

@@ -25,6 +25,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from labeling.exports import label_steps_freeze
 from labeling.models import (
     Assignment,
     AssignmentStatus,
@@ -358,7 +359,11 @@ def _finish(assignment: Assignment, *, reason: FinishReason, text: str, now: dat
     assignment.submitted_at = now
     assignment.finish_reason = reason
     assignment.finish_reason_text = text
-    assignment.save(update_fields=[*fields, "status", "submitted_at", "finish_reason", "finish_reason_text"])
+    # Read-only from here on, so the export can use a frozen copy of the label.
+    assignment.label_steps_json = label_steps_freeze(assignment_id=assignment.pk)
+    assignment.save(
+        update_fields=[*fields, "status", "submitted_at", "finish_reason", "finish_reason_text", "label_steps_json"]
+    )
     task = assignment.task
     # The task row is locked (_lock), so two labelers finishing the same
     # multi-labeler task count each other's submissions correctly.
