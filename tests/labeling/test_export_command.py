@@ -150,3 +150,12 @@ def test_it_reads_one_snapshot_while_labels_are_written(tmp_path: Path, dataset:
     assert not writer.is_alive()
     assert Assignment.objects.count() == len(dataset) + 1  # the write happened...
     assert [first, *rest] == dataset  # ...but the export did not see it
+
+
+@pytest.mark.django_db
+def test_frozen_labels_and_rebuilt_labels_export_the_same(tmp_path: Path, dataset: list[dict[str, Any]]) -> None:
+    frozen = export(tmp_path)
+    # Assignments submitted before labels were frozen have none: rebuilt from rows.
+    Assignment.objects.update(label_steps_json=None)
+
+    assert export(tmp_path) == frozen == dataset
