@@ -127,7 +127,7 @@ def test_it_suspends_and_reinstates_through_the_status_service(staff_client: Cli
     assert done.status_code == 302
     labeler.refresh_from_db()
     assert (labeler.status, labeler.status_reason) == (LabelerStatus.SUSPENDED, "copied answers")
-    assert labeler.status_events.get().changed_by.username == "research"  # type: ignore[union-attr]
+    assert labeler.status_events.get().changed_by.username == "research"
 
     staff_client.post(url, {"action": "reinstate", ACTION_CHECKBOX_NAME: [labeler.pk], "apply": "1", "reason": "ok"})
     labeler.refresh_from_db()
