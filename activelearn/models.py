@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
-from labeling.models import Solution
+from labeling.models import GenerationStatus, Solution
 
 
 class CheckpointStatus(models.TextChoices):
@@ -87,3 +87,112 @@ class SolutionScore(models.Model):
             # Selection: best-scored solutions of a checkpoint.
             models.Index(fields=["checkpoint", "-score"], name="solution_score_rank_idx"),
         ]
+
+
+# --- The generation pipeline (activelearn.pipeline) ---------------------------------
+
+
+class GenerationRun(models.Model):
+    """The pipeline's bookkeeping for one generation: config, progress, timings, claims.
+
+    ``Generation.status`` stays the source of truth for where the run is; ``step`` is the
+    running step this row last entered, which a retry of a FAILED generation resumes.
+    Every status change goes through ``activelearn.pipeline.generation_transition``.
+    """
+
+    generation = models.OneToOneField("labeling.Generation", on_delete=models.CASCADE, related_name="run")
+    # GenerationConfig.to_json(): validated by the dataclass when the run is started.
+    config = models.JSONField(default=dict)
+    step = models.CharField(max_length=20, choices=GenerationStatus.choices, default=GenerationStatus.REQUESTED)
+    checkpoint = models.ForeignKey(
+        PRMCheckpoint, null=True, blank=True, on_delete=models.PROTECT, related_name="generation_runs"
+    )
+    # Progress, refreshed by the step that owns it.
+    scored = models.PositiveIntegerField(default=0)
+    score_total = models.PositiveIntegerField(default=0)
+    graded = models.PositiveIntegerField(default=0)
+    grade_total = models.PositiveIntegerField(default=0)
+    selected = models.PositiveIntegerField(default=0)
+    qc_injected = models.PositiveIntegerField(default=0)
+    # How the selection came out (wrong-answer picks, rest picks, shortfalls).
+    selection_stats = models.JSONField(default=dict, blank=True)
+    step_started_at = models.DateTimeField(null=True, blank=True)
+    training_started_at = models.DateTimeField(null=True, blank=True)
+    training_finished_at = models.DateTimeField(null=True, blank=True)
+    scoring_started_at = models.DateTimeField(null=True, blank=True)
+    scoring_finished_at = models.DateTimeField(null=True, blank=True)
+    grading_started_at = models.DateTimeField(null=True, blank=True)
+    grading_finished_at = models.DateTimeField(null=True, blank=True)
+    selecting_started_at = models.DateTimeField(null=True, blank=True)
+    selecting_finished_at = models.DateTimeField(null=True, blank=True)
+    # Liveness of the CPU steps (prepare, grading, selecting). Null while the step's task
+    # has not claimed it yet; a claim succeeds only on a null or stale heartbeat, so two
+    # workers never run the same step at once. Training has the checkpoint's heartbeat,
+    # scoring the chunks' heartbeats.
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # When the current step's work was last enqueued: the reconciler's clock for a step
+    # nobody has claimed yet (a message lost with its worker), and its rate limit.
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+    # Claims of the current step (reset when a step is entered or retried): a step that
+    # keeps dying (hard time limit, OOM) is failed after PIPELINE_MAX_ATTEMPTS.
+    step_attempts = models.PositiveIntegerField(default=0)
+    retries = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"run of generation {self.generation_id}"
+
+
+class ScoreChunkStatus(models.TextChoices):
+    PENDING = "pending", "pending"
+    RUNNING = "running", "running"
+    DONE = "done", "done"
+    FAILED = "failed", "failed"
+
+
+class ScoreChunk(models.Model):
+    """A slice of a generation's pool that one GPU worker scores (activelearn.pipeline).
+
+    ``solution_ids`` freezes the slice when scoring starts, so a redelivered or re-enqueued
+    chunk scores the same solutions however the pool changed since.
+    """
+
+    run = models.ForeignKey(GenerationRun, on_delete=models.CASCADE, related_name="chunks")
+    first_id = models.PositiveBigIntegerField()
+    last_id = models.PositiveBigIntegerField()
+    solution_ids = models.JSONField(default=list)
+    status = models.CharField(max_length=10, choices=ScoreChunkStatus.choices, default=ScoreChunkStatus.PENDING)
+    # The claimant's token: only it may heartbeat or finish the chunk, so a worker that
+    # lost its claim to the reconciler cannot mark someone else's work done.
+    claim_token = models.CharField(max_length=32, blank=True, default="")
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # Last time a message for this chunk was sent; the reconciler re-sends a stale RUNNING
+    # chunk at most once per stale interval.
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    scored = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True, default="")
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["run_id", "first_id"]
+        constraints = [
+            # Chunk creation is re-run by every dispatch of the scoring step; the same
+            # slice must not become two rows.
+            models.UniqueConstraint(fields=["run", "first_id"], name="score_chunk_unique_start"),
+            models.CheckConstraint(condition=Q(first_id__lte=models.F("last_id")), name="score_chunk_range_ordered"),
+        ]
+        indexes = [
+            # The reconciler and "is scoring finished": a run's chunks that are not done.
+            models.Index(
+                fields=["run", "status"], condition=~Q(status=ScoreChunkStatus.DONE), name="score_chunk_open_idx"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"chunk {self.first_id}-{self.last_id} of run {self.run_id}"

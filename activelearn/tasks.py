@@ -54,3 +54,57 @@ def evaluate_checkpoint_task(checkpoint_id: int, generation: int | None = None) 
     from activelearn.checkpoint_evaluation import checkpoint_evaluate
 
     checkpoint_evaluate(checkpoint=PRMCheckpoint.objects.get(pk=checkpoint_id), generation=generation)
+
+
+# --- The generation pipeline (activelearn.pipeline) --------------------------------
+# Queues and time limits are given by the pipeline on every enqueue (PIPELINE_GPU_QUEUE,
+# PIPELINE_CPU_QUEUE, PIPELINE_*_TIME_LIMIT_S); CELERY_TASK_ROUTES covers manual sends.
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
+def generation_prepare_task(generation_id: int) -> None:
+    from activelearn.pipeline import generation_prepare
+
+    generation_prepare(generation_id=generation_id)
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
+def generation_train_task(generation_id: int) -> None:
+    from activelearn.pipeline import generation_train
+
+    generation_train(generation_id=generation_id)
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
+def generation_score_chunk_task(chunk_id: int) -> int:
+    from activelearn.pipeline import score_chunk_run
+
+    return score_chunk_run(chunk_id=chunk_id)
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
+def generation_grade_task(generation_id: int) -> int:
+    from activelearn.pipeline import generation_grade
+
+    return generation_grade(generation_id=generation_id)
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
+def generation_select_task(generation_id: int) -> int:
+    from activelearn.pipeline import generation_select
+
+    return generation_select(generation_id=generation_id)
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
+def pipeline_reconcile_task() -> None:
+    from activelearn.reconciler import pipeline_reconcile
+
+    pipeline_reconcile()
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
+def pipeline_cadence_task() -> None:
+    from activelearn.reconciler import pipeline_cadence
+
+    pipeline_cadence()

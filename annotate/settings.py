@@ -334,3 +334,71 @@ STEPGEN_CANDIDATE_STORE = envstr("STEPGEN_CANDIDATE_STORE", "activelearn.stepgen
 # Workers autodiscover only <app>.tasks; the prefetch task lives in the service module.
 CELERY_IMPORTS = ["activelearn.stepgen_service"]
 # --- end of step generation ---------------------------------------------------
+
+# --- Generation pipeline (activelearn.pipeline; docs/active-learning.md) ------
+# Queues the pipeline sends its own tasks to. Explicit on every enqueue (the pipeline
+# fans out follow-up tasks itself), so tests point both at a private queue.
+PIPELINE_GPU_QUEUE = envstr("PIPELINE_GPU_QUEUE", "gpu")
+PIPELINE_CPU_QUEUE = envstr("PIPELINE_CPU_QUEUE", "cpu")
+# Pool solutions per scoring chunk (one GPU task), and per upsert + heartbeat inside it.
+PIPELINE_SCORE_CHUNK_SIZE = envint("PIPELINE_SCORE_CHUNK_SIZE", 2000, minimum=1)
+PIPELINE_SCORE_BATCH = envint("PIPELINE_SCORE_BATCH", 256, minimum=1)
+# Solutions graded per page (one heartbeat each).
+PIPELINE_GRADE_PAGE = envint("PIPELINE_GRADE_PAGE", 200, minimum=1)
+# A claimed step or chunk whose heartbeat is older than this belongs to a dead worker.
+# Longer than the longest gap between heartbeats (loading a model, building a training
+# set happen before the first one).
+PIPELINE_HEARTBEAT_STALE_S = envint("PIPELINE_HEARTBEAT_STALE_S", 15 * 60, minimum=1)
+# A step (or chunk) claimed this many times without finishing fails the generation
+# instead of being re-enqueued forever (e.g. killed by its hard time limit every time).
+PIPELINE_MAX_ATTEMPTS = envint("PIPELINE_MAX_ATTEMPTS", 3, minimum=1)
+PIPELINE_RECONCILE_EVERY_S = envint("PIPELINE_RECONCILE_EVERY_S", 60, minimum=1)
+# Soft time limits per task kind; the hard limit is 5 minutes later. Enforced by prefork
+# workers only (the solo pool of GPU workers ignores them; heartbeats cover those).
+PIPELINE_TRAIN_TIME_LIMIT_S = envint("PIPELINE_TRAIN_TIME_LIMIT_S", 5 * 3600, minimum=60)
+PIPELINE_SCORE_TIME_LIMIT_S = envint("PIPELINE_SCORE_TIME_LIMIT_S", 3600, minimum=60)
+PIPELINE_CPU_TIME_LIMIT_S = envint("PIPELINE_CPU_TIME_LIMIT_S", 2 * 3600, minimum=60)
+PIPELINE_HARD_LIMIT_GRACE_S = 300
+if not CELERY_BROKER_URL.startswith("filesystem://"):
+    _longest = max(PIPELINE_TRAIN_TIME_LIMIT_S, PIPELINE_SCORE_TIME_LIMIT_S, PIPELINE_CPU_TIME_LIMIT_S)
+    if _longest + PIPELINE_HARD_LIMIT_GRACE_S >= CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"]:
+        raise ImproperlyConfigured(
+            "CELERY_VISIBILITY_TIMEOUT must be longer than the longest pipeline task "
+            f"({_longest + PIPELINE_HARD_LIMIT_GRACE_S} s with its hard limit), or Redis redelivers it mid-run"
+        )
+# Automatic cadence (pipeline_cadence_task on beat), both off by default: start the next
+# generation when the newest open one has fewer open normal tasks than this (0 = off),
+# and/or when the newest one was started this many seconds ago (0 = off).
+PIPELINE_AUTO_START_BELOW_OPEN_TASKS = envint("PIPELINE_AUTO_START_BELOW_OPEN_TASKS", 0, minimum=0)
+PIPELINE_AUTO_START_EVERY_S = envint("PIPELINE_AUTO_START_EVERY_S", 0, minimum=0)
+# GenerationConfig as JSON for automatic starts (validated when a start happens).
+PIPELINE_AUTO_START_CONFIG = envstr("PIPELINE_AUTO_START_CONFIG", "{}")
+PIPELINE_CADENCE_EVERY_S = envint("PIPELINE_CADENCE_EVERY_S", 300, minimum=1)
+
+CELERY_TASK_ROUTES.update(
+    {
+        "activelearn.tasks.generation_train_task": {"queue": PIPELINE_GPU_QUEUE},
+        "activelearn.tasks.generation_score_chunk_task": {"queue": PIPELINE_GPU_QUEUE},
+        "activelearn.tasks.generation_prepare_task": {"queue": PIPELINE_CPU_QUEUE},
+        "activelearn.tasks.generation_grade_task": {"queue": PIPELINE_CPU_QUEUE},
+        "activelearn.tasks.generation_select_task": {"queue": PIPELINE_CPU_QUEUE},
+        "activelearn.tasks.pipeline_reconcile_task": {"queue": PIPELINE_CPU_QUEUE},
+        "activelearn.tasks.pipeline_cadence_task": {"queue": PIPELINE_CPU_QUEUE},
+    }
+)
+# Run exactly one `celery -A annotate beat` (default file scheduler): two would send
+# every entry twice. The reconciler is harmless to run twice; the cadence task would be
+# too (generation_start refuses a second running generation), but once is the contract.
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
+    "pipeline-reconcile": {
+        "task": "activelearn.tasks.pipeline_reconcile_task",
+        "schedule": float(PIPELINE_RECONCILE_EVERY_S),
+        "options": {"queue": PIPELINE_CPU_QUEUE, "expires": float(PIPELINE_RECONCILE_EVERY_S)},
+    },
+}
+if PIPELINE_AUTO_START_BELOW_OPEN_TASKS or PIPELINE_AUTO_START_EVERY_S:
+    CELERY_BEAT_SCHEDULE["pipeline-cadence"] = {
+        "task": "activelearn.tasks.pipeline_cadence_task",
+        "schedule": float(PIPELINE_CADENCE_EVERY_S),
+        "options": {"queue": PIPELINE_CPU_QUEUE, "expires": float(PIPELINE_CADENCE_EVERY_S)},
+    }

@@ -37,6 +37,13 @@ def test_the_tasks_are_routed_to_their_queues(settings):
         "activelearn.tasks.score_chunk_task": "gpu",
         "activelearn.tasks.grade_chunk_task": "cpu",
         "activelearn.tasks.evaluate_checkpoint_task": "cpu",
+        "activelearn.tasks.generation_train_task": "gpu",
+        "activelearn.tasks.generation_score_chunk_task": "gpu",
+        "activelearn.tasks.generation_prepare_task": "cpu",
+        "activelearn.tasks.generation_grade_task": "cpu",
+        "activelearn.tasks.generation_select_task": "cpu",
+        "activelearn.tasks.pipeline_reconcile_task": "cpu",
+        "activelearn.tasks.pipeline_cadence_task": "cpu",
     }
 
 
@@ -46,7 +53,8 @@ def test_enqueueing_never_loads_torch_in_the_web_process():
 
     code = (
         "import django, sys; django.setup(); "
-        "import activelearn.tasks, activelearn.checkpoints, activelearn.solution_scoring, "
+        "import activelearn.tasks, activelearn.pipeline, activelearn.reconciler, "
+        "activelearn.checkpoints, activelearn.solution_scoring, "
         "activelearn.answer_grading, activelearn.checkpoint_evaluation, activelearn.training_data; "
         "print('torch' in sys.modules, 'transformers' in sys.modules)"
     )

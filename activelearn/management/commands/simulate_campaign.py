@@ -1,0 +1,51 @@
+import re
+from argparse import ArgumentParser
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+DOC = "docs/active-learning.md"
+BEGIN, END = "<!-- campaign:begin -->", "<!-- campaign:end -->"
+
+
+class Command(BaseCommand):
+    help = (
+        "Simulate labeling campaigns on the synthetic domain (activelearn.simulation.campaign): convincing "
+        "wrong-answer selection against uniform selection, same seeds. Arguments after -- go to the simulator "
+        "(python -m activelearn.simulation.campaign --help). --write-docs puts the table and plot in "
+        f"{DOC}."
+    )
+
+    def add_arguments(self, parser: ArgumentParser) -> None:
+        parser.add_argument("--out", type=Path, default=None, help="report directory (default VAR_DIR/simulation)")
+        parser.add_argument("--write-docs", action="store_true", help=f"copy the table and plot into {DOC}")
+        parser.add_argument("simulator_args", nargs="*", help="passed to the simulator, e.g. -- --seeds 0 1")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        from activelearn.simulation.campaign import main
+
+        out: Path = options["out"] or Path(settings.VAR_DIR) / "simulation"
+        code = main([*options["simulator_args"], "--out", str(out)])
+        if code:
+            raise CommandError(f"the simulation exited with status {code}")
+        if options["write_docs"]:
+            self._write_docs(out)
+        self.stdout.write(f"report in {out}")
+
+    def _write_docs(self, out: Path) -> None:
+        table, plot = out / "campaign.md", out / "campaign.svg"
+        if not table.is_file():
+            raise CommandError(f"no report at {table}")
+        docs = Path(settings.BASE_DIR) / DOC
+        image = Path(settings.BASE_DIR) / "docs" / "img" / "campaign.svg"
+        section = [BEGIN, table.read_text().strip()]
+        if plot.is_file():
+            image.write_text(plot.read_text())
+            section.append("\n![labels vs metric, convincing vs uniform](img/campaign.svg)")
+        section.append(END)
+        text = docs.read_text()
+        block = "\n".join(section)
+        pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
+        docs.write_text(pattern.sub(lambda _: block, text) if pattern.search(text) else f"{text.rstrip()}\n\n{block}\n")

@@ -1,0 +1,75 @@
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from activelearn.simulation.campaign import (
+    STRATEGIES,
+    Comparison,
+    compare_strategies,
+    data_efficiency,
+    labels_to_reach,
+    run_campaign,
+)
+
+TINY: dict[str, Any] = dict(
+    train_problems=16,
+    solutions_per_problem=4,
+    eval_problems=6,
+    eval_solutions_per_problem=4,
+    best_of_n_sizes=(2, 4),
+    num_epochs=1,
+    max_length=128,
+)
+
+
+def test_labels_to_reach_interpolates_between_generations():
+    curve = [(100.0, 0.2), (200.0, 0.4), (300.0, 0.5)]
+    assert labels_to_reach(curve, 0.3) == pytest.approx(150.0)
+    assert labels_to_reach(curve, 0.1) == 100.0
+    assert labels_to_reach(curve, 0.6) is None
+
+
+def test_data_efficiency_is_above_one_when_active_gets_there_first_and_below_when_it_does_not():
+    uniform = [(100.0, 0.2), (200.0, 0.3), (300.0, 0.4)]
+    faster = [(100.0, 0.2), (200.0, 0.4), (300.0, 0.5)]
+    assert data_efficiency(faster, uniform) == pytest.approx(1.5)
+    assert data_efficiency(uniform, faster) == pytest.approx(200 / 300)
+    assert data_efficiency(uniform, uniform) == pytest.approx(1.0)
+
+
+def test_a_two_generation_campaign_trains_selects_labels_and_records_metrics(tmp_path):
+    messages: list[str] = []
+    result = run_campaign(
+        "convincing",
+        generations=2,
+        labels_per_generation=12,
+        seed=0,
+        backbone="tiny:llama",
+        work_dir=tmp_path,
+        progress=messages.append,
+        **TINY,
+    )
+    assert [g.generation for g in result.generations] == [0, 1]
+    assert [g.labeled_solutions for g in result.generations] == [12, 24]
+    assert result.generations[1].step_labels > result.generations[0].step_labels
+    # Generation 1 is the convincing-wrong-answer pick: mostly wrong answers.
+    assert result.generations[1].selected_wrong_answer_share >= 0.75
+    for metrics in result.generations:
+        assert 0.0 <= metrics.first_error_f1 <= 1.0 and 0.0 <= metrics.step_auroc <= 1.0
+        assert set(metrics.best_of_n) == {2, 4}
+        assert 0.0 <= metrics.best_of_n[4]["majority"] <= 1.0
+    assert len(messages) == 2
+
+
+def test_comparing_strategies_writes_a_table_and_a_plot(tmp_path):
+    comparison = compare_strategies((0,), generations=2, labels_per_generation=8, backbone="tiny:llama", **TINY)
+    assert isinstance(comparison, Comparison)
+    # Generation 0 is the same uniform seed set for both strategies.
+    first, again = (replace(comparison.results[s][0].generations[0], train_seconds=0.0) for s in STRATEGIES)
+    assert first == again
+    paths = comparison.write_report(tmp_path)
+    table = paths["markdown"].read_text()
+    assert "| convincing | 1 | 16 |" in table and "| uniform | 1 | 16 |" in table
+    assert "data efficiency" in table
+    assert paths["svg"].read_text().startswith("<svg") and "polyline" in paths["svg"].read_text()

@@ -1,0 +1,18 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_the_simulation_package_imports_no_django():
+    code = (
+        "import sys, activelearn.simulation, activelearn.simulation.campaign; "
+        "bad = sorted(m for m in sys.modules if m == 'django' or m.startswith('django.')); "
+        "assert not bad, bad"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    env["PYTHONPATH"] = str(ROOT)
+    completed = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert completed.returncode == 0, completed.stderr
