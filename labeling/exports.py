@@ -36,10 +36,10 @@ from labeling.models import (
     AssignmentStatus,
     LabeledStep,
     Phase,
+    Problem,
     StepRating,
     TaskKind,
 )
-from labeling.prm800k import format_timestamp
 
 CHUNK = 1000
 
@@ -103,8 +103,8 @@ def read_snapshot() -> Iterator[None]:
 
 _ASSIGNMENT_FIELDS = (
     "id",
-    "labeler__uuid",
-    "submitted_at",
+    "labeler_text",
+    "submitted_text",
     "total_time_ms",
     "finish_reason",
     "task__kind",
@@ -114,11 +114,13 @@ _ASSIGNMENT_FIELDS = (
     "task__generation__number",
     "solution_steps_json",
     "task__solution__final_answer",
-    "task__solution__problem__problem",
-    "task__solution__problem__solution",
-    "task__solution__problem__answer",
+    "task__solution__problem_id",
     "label_steps_json",
 )
+# Problems repeat across records (PRM800K: ~12k problems for ~100k records), so
+# they are read once per export rather than joined into every row; the cache
+# is cleared past this size to keep memory bounded whatever the database holds.
+_PROBLEM_CACHE_LIMIT = 50_000
 
 
 def iter_prm800k_records(filters: ExportFilters | None = None, *, raw_json: bool = False) -> Iterator[dict[str, Any]]:
@@ -130,22 +132,65 @@ def iter_prm800k_records(filters: ExportFilters | None = None, *, raw_json: bool
     out without being parsed and re-serialised (the file export); otherwise
     they are decoded to plain lists. Assignments submitted before labels were
     frozen have theirs rebuilt from the rating rows, a chunk at a time.
+    Timestamps and labeler ids come from the database as text: parsing them
+    into Python objects only to print them again was a fifth of the export.
     """
     filters = filters or ExportFilters()
     rows = (
         Assignment.objects.filter(filters.as_q())
         .order_by("id")
-        .annotate(solution_steps_json=Cast("task__solution__steps", output_field=TextField()))
+        .annotate(
+            solution_steps_json=Cast("task__solution__steps", output_field=TextField()),
+            submitted_text=Cast("submitted_at", output_field=TextField()),
+            labeler_text=Cast("labeler__uuid", output_field=TextField()),
+        )
         .values_list(*_ASSIGNMENT_FIELDS)
         .iterator(chunk_size=CHUNK)
     )
     wrap: Callable[[str], Any] = orjson.Fragment if raw_json else orjson.loads
+    problems: dict[int, tuple[str, str | None, str | None]] = {}
     while chunk := list(itertools.islice(rows, CHUNK)):
         rebuilt = label_steps_for([row[0] for row in chunk if row[-1] is None])
+        unknown = {row[12] for row in chunk} - problems.keys()
+        if unknown:
+            if len(problems) > _PROBLEM_CACHE_LIMIT:
+                problems.clear()
+                unknown = {row[12] for row in chunk}
+            for pk, text, solution, answer in Problem.objects.filter(pk__in=unknown).values_list(
+                "pk", "problem", "solution", "answer"
+            ):
+                problems[pk] = (text, solution, answer)
         for row in chunk:
             frozen = row[-1]
             steps = wrap(frozen) if frozen is not None else rebuilt.get(row[0], [])
-            yield _record(row, steps, wrap)
+            yield _record(row, steps, problems[row[12]], wrap)
+
+
+def _timestamp_text(value: str) -> str:
+    """A submitted_at as the database prints it, in the release's format.
+
+    PostgreSQL (session time zone UTC, which Django sets) prints
+    ``2023-01-22 04:34:27.052924+00``; SQLite stores ``2023-01-22
+    04:34:27.052924``. Both omit the fraction when it is zero, as Python's
+    isoformat() does, which is how the release was written. The round-trip
+    property test covers this conversion.
+    """
+    text = value.replace(" ", "T", 1)
+    for suffix in ("+00:00", "+00"):
+        if text.endswith(suffix):
+            text = text[: -len(suffix)]
+            break
+    # PostgreSQL also drops trailing zeros of the fraction (.00125); Python
+    # always writes six digits (.001250).
+    whole, dot, fraction = text.partition(".")
+    return f"{whole}.{fraction.ljust(6, '0')}" if dot else whole
+
+
+def _uuid_text(value: str) -> str:
+    # SQLite stores UUIDs as 32 hex digits; PostgreSQL prints them hyphenated.
+    if len(value) == 32:
+        return f"{value[:8]}-{value[8:12]}-{value[12:16]}-{value[16:20]}-{value[20:]}"
+    return value
 
 
 def label_steps_for(assignment_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
@@ -178,11 +223,16 @@ def label_steps_freeze(*, assignment_id: int) -> str:
     return orjson.dumps(label_steps_for([assignment_id]).get(assignment_id, [])).decode()
 
 
-def _record(row: tuple[Any, ...], steps: Any, wrap: Callable[[str], Any]) -> dict[str, Any]:
+def _record(
+    row: tuple[Any, ...],
+    steps: Any,
+    problem: tuple[str, str | None, str | None],
+    wrap: Callable[[str], Any],
+) -> dict[str, Any]:
     (
         _id,
-        labeler_uuid,
-        submitted_at,
+        labeler_text,
+        submitted_text,
         total_time_ms,
         finish_reason,
         kind,
@@ -192,11 +242,10 @@ def _record(row: tuple[Any, ...], steps: Any, wrap: Callable[[str], Any]) -> dic
         generation_number,
         solution_steps_json,
         final_answer,
-        problem_text,
-        reference_solution,
-        reference_answer,
+        _problem_id,
         _frozen,
     ) = row
+    problem_text, reference_solution, reference_answer = problem
     solution_steps = wrap(solution_steps_json) if solution_steps_json is not None else None
     question: dict[str, Any] = {
         "problem": problem_text,
@@ -210,8 +259,8 @@ def _record(row: tuple[Any, ...], steps: Any, wrap: Callable[[str], Any]) -> dic
         for key in absent_keys.split(","):
             question.pop(key, None)
     return {
-        "labeler": str(labeler_uuid),
-        "timestamp": format_timestamp(submitted_at) if submitted_at is not None else None,
+        "labeler": _uuid_text(labeler_text),
+        "timestamp": _timestamp_text(submitted_text) if submitted_text is not None else None,
         "generation": generation_number,
         "is_quality_control_question": is_qc,
         "is_initial_screening_question": kind == TaskKind.SCREENING,

@@ -159,3 +159,19 @@ def test_frozen_labels_and_rebuilt_labels_export_the_same(tmp_path: Path, datase
     Assignment.objects.update(label_steps_json=None)
 
     assert export(tmp_path) == frozen == dataset
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "timestamp", ["2023-01-22T04:34:27", "2023-01-22T04:34:27.100000", "2023-01-22T04:34:27.000001", None]
+)
+def test_it_writes_timestamps_exactly_as_the_release_does(tmp_path: Path, timestamp: str | None) -> None:
+    record = variant(0)
+    record["timestamp"] = timestamp
+    path = tmp_path / "one.jsonl"
+    path.write_bytes(orjson.dumps(record) + b"\n")
+    prm800k_import(paths=[path])
+
+    [exported] = export(tmp_path)
+
+    assert exported["timestamp"] == timestamp

@@ -177,7 +177,7 @@ def records(draw: st.DrawFn) -> dict[str, Any]:
 
 
 @pytest.mark.django_db
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batch=st.lists(records(), min_size=1, max_size=6))
 def test_it_round_trips_generated_records(tmp_path: Path, batch: list[dict[str, Any]]) -> None:
     # Hypothesis reuses the database across examples: start each one clean.
