@@ -14,12 +14,12 @@ from django.core.management.base import CommandError
 
 from labeling.models import Assignment, Problem, Solution, StepAlternative, StepRating
 
-REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference" / "prm800k-readme-example.jsonl"
+# The annotated example record of the public release README (three labeled
+# steps, four alternatives rated at the error step), as one JSONL line.
+REFERENCE = Path(__file__).resolve().parents[1] / "fixtures" / "prm800k-readme-example.jsonl"
 
 
 def example() -> dict[str, Any]:
-    if not REFERENCE.exists():
-        pytest.skip(f"{REFERENCE} not found")
     return dict(json.loads(REFERENCE.read_text().splitlines()[0]))
 
 

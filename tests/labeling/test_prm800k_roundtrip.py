@@ -18,12 +18,12 @@ from labeling.exports import iter_prm800k_records, read_snapshot
 from labeling.imports import prm800k_import
 from labeling.models import Assignment, Generation, LabeledStep, Problem, StepAlternative, StepRating, Task
 
-REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference" / "prm800k-readme-example.jsonl"
+# The annotated example record of the public release README (three labeled
+# steps, four alternatives rated at the error step), as one JSONL line.
+REFERENCE = Path(__file__).resolve().parents[1] / "fixtures" / "prm800k-readme-example.jsonl"
 
 
 def readme_example() -> dict[str, Any]:
-    if not REFERENCE.exists():  # the reference folder sits beside the repository
-        pytest.skip(f"{REFERENCE} not found")
     return dict(json.loads(REFERENCE.read_text().splitlines()[0]))
 
 
