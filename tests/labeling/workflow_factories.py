@@ -49,7 +49,9 @@ def make_task(
         unique_id=f"test/{n}.json", problem=text, problem_sha256=text_sha256(text), answer=answer, solution="hidden ref"
     )
     steps = list(STEPS if steps is None else steps)
-    solution = Solution.objects.create(problem=problem, steps=steps, content_sha256=content_sha256(steps, "7"), final_answer="7")
+    solution = Solution.objects.create(
+        problem=problem, steps=steps, content_sha256=content_sha256(steps, "7"), final_answer="7"
+    )
     for step_index, texts in (alternatives or {}).items():
         for ordinal, alt in enumerate(texts, start=1):
             StepAlternative.objects.create(solution=solution, step_index=step_index, ordinal=ordinal, text=alt)
