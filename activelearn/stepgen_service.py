@@ -7,8 +7,9 @@ local backend, "cpu" for the HTTP one). The task calls ``candidates_generate``, 
 reads the solution prefix, asks the generator and stores the candidates or the error.
 A page later reads them with ``candidates_get`` and polls while the status is pending.
 
-Storage sits behind ``CandidateStore``; ``InMemoryCandidateStore`` serves tests and a
-single-process setup. A database-backed store (see docs/step-generation.md) is chosen
+Storage sits behind ``CandidateStore``: ``DatabaseCandidateStore`` (the default, table
+``labeling.StepCandidateSet``) is shared by the web and the workers;
+``InMemoryCandidateStore`` serves tests and a single-process setup. The store is chosen
 with ``STEPGEN_CANDIDATE_STORE``.
 """
 
@@ -24,7 +25,7 @@ from typing import Any, Protocol
 
 from celery import shared_task
 from django.conf import settings
-from django.db import models, transaction
+from django.db import connection, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -36,15 +37,13 @@ from activelearn.stepgen.base import (
     StepGenerator,
 )
 from activelearn.stepgen.openai_http import OpenAICompletionsGenerator
-from labeling.models import Assignment, LabeledStep
+from labeling.models import Assignment, CandidateSetStatus, LabeledStep, StepCandidateSet
 
 logger = logging.getLogger(__name__)
 
 
-class CandidateStatus(models.TextChoices):
-    PENDING = "pending", "pending"
-    READY = "ready", "ready"
-    FAILED = "failed", "failed"
+# The status of a candidate slot; the same choices as the StepCandidateSet table.
+CandidateStatus = CandidateSetStatus
 
 
 @dataclass(frozen=True)
@@ -111,6 +110,83 @@ class InMemoryCandidateStore:
         with self._lock:
             self._rows[(assignment_id, step_index)] = StoredCandidates(
                 assignment_id, step_index, CandidateStatus.FAILED, error=error, updated_at=now
+            )
+
+
+class DatabaseCandidateStore:
+    """``labeling.StepCandidateSet`` rows: shared by the web and every worker."""
+
+    def get(self, *, assignment_id: int, step_index: int) -> StoredCandidates | None:
+        row = StepCandidateSet.objects.filter(assignment_id=assignment_id, step_index=step_index).first()
+        if row is None:
+            return None
+        return StoredCandidates(
+            assignment_id,
+            step_index,
+            CandidateStatus(row.status),
+            texts=tuple(row.texts),
+            sampling=dict(row.sampling),
+            error=row.error,
+            updated_at=row.updated_at,
+        )
+
+    def claim(self, *, assignment_id: int, step_index: int, now: datetime, stale_before: datetime) -> bool:
+        # One statement, so two prefetches of the same slot cannot both win: the
+        # unique (assignment, step_index) key makes the second insert an update,
+        # and the WHERE lets it through only for a failed slot or a pending one
+        # whose worker is presumed lost. RETURNING tells whether a row was
+        # written (SQLite >= 3.35 and PostgreSQL both have it).
+        table = StepCandidateSet._meta.db_table
+        adapt = connection.ops.adapt_datetimefield_value
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO {table}"
+                " (assignment_id, step_index, status, texts, sampling, error, created_at, updated_at)"
+                " VALUES (%s, %s, %s, '[]', '{}', '', %s, %s)"
+                " ON CONFLICT (assignment_id, step_index) DO UPDATE SET status = EXCLUDED.status,"
+                " texts = EXCLUDED.texts, sampling = EXCLUDED.sampling, error = '', updated_at = EXCLUDED.updated_at"
+                f" WHERE {table}.status = %s OR ({table}.status = %s AND {table}.updated_at < %s)"
+                " RETURNING id",
+                [
+                    assignment_id,
+                    step_index,
+                    CandidateStatus.PENDING.value,
+                    adapt(now),
+                    adapt(now),
+                    CandidateStatus.FAILED.value,
+                    CandidateStatus.PENDING.value,
+                    adapt(stale_before),
+                ],
+            )
+            return cursor.fetchone() is not None
+
+    def save_ready(self, *, assignment_id: int, step_index: int, candidates: StepCandidates, now: datetime) -> None:
+        details = candidates.as_dict()
+        texts = list(details.pop("texts"))
+        self._save(
+            assignment_id, step_index, now, status=CandidateStatus.READY, texts=texts, sampling=details, error=""
+        )
+
+    def save_failed(self, *, assignment_id: int, step_index: int, error: str, now: datetime) -> None:
+        self._save(assignment_id, step_index, now, status=CandidateStatus.FAILED, texts=[], sampling={}, error=error)
+
+    def _save(self, assignment_id: int, step_index: int, now: datetime, **values: Any) -> None:
+        # Never over a ready set: a labeler may already be rating those texts
+        # (a duplicate task delivery after a stale re-claim finishes second).
+        updated = (
+            StepCandidateSet.objects.filter(assignment_id=assignment_id, step_index=step_index)
+            .exclude(status=CandidateStatus.READY)
+            .update(updated_at=now, **values)
+        )
+        if updated:
+            return
+        # The slot was never claimed (candidates_generate called directly):
+        # create it; a concurrent writer of the same slot wins and we lose.
+        with transaction.atomic():
+            StepCandidateSet.objects.get_or_create(
+                assignment_id=assignment_id,
+                step_index=step_index,
+                defaults={**values, "created_at": now, "updated_at": now},
             )
 
 

@@ -96,12 +96,14 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "annotate.apps.AnnotateConfig",
     "labeling",
     "activelearn",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "annotate.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -200,20 +202,63 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 
-# Security headers: always on; the cookie/HTTPS ones follow SECURE_COOKIES so a
-# plain-HTTP local run still works.
+# --- Security (docs/security.md) ---------------------------------------------
+# Headers are always on; the cookie/HTTPS ones follow SECURE_COOKIES so a
+# plain-HTTP local run still works. `manage.py check --deploy` passes with the
+# production environment of docs/operations.md ("Security settings").
 SECURE_COOKIES = envbool("SECURE_COOKIES", not DEBUG and _PRODUCTION_DB)
 SESSION_COOKIE_SECURE = SECURE_COOKIES
 CSRF_COOKIE_SECURE = SECURE_COOKIES
 SESSION_COOKIE_HTTPONLY = True
+# The token reaches htmx through hx-headers on <body>, never through the cookie.
+CSRF_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+SESSION_COOKIE_AGE = envint("SESSION_COOKIE_AGE", 12 * 3600, minimum=300)
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
 SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 31536000 if SECURE_COOKIES else 0, minimum=0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_SECONDS > 0
 SECURE_HSTS_PRELOAD = SECURE_HSTS_SECONDS > 0
 SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", False)
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if envbool("BEHIND_TLS_PROXY", False) else None
+# Scripts only from our own static files (templates carry no inline <script> and
+# no on*= handlers); inline styles stay allowed because KaTeX positions glyphs with
+# style attributes. annotate.csp sets the header on every response.
+CONTENT_SECURITY_POLICY = envstr(
+    "CONTENT_SECURITY_POLICY",
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "font-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'; "
+    "frame-ancestors 'none'",
+)
+
+# Login throttling (labeling.auth): counted in the shared cache below.
+LOGIN_FAILURES_PER_ADDRESS = envint("LOGIN_FAILURES_PER_ADDRESS", 10, minimum=1)
+LOGIN_ADDRESS_WINDOW_S = envint("LOGIN_ADDRESS_WINDOW_S", 15 * 60, minimum=1)
+LOGIN_FAILURES_PER_ACCOUNT = envint("LOGIN_FAILURES_PER_ACCOUNT", 30, minimum=1)
+LOGIN_ACCOUNT_WINDOW_S = envint("LOGIN_ACCOUNT_WINDOW_S", 3600, minimum=1)
+LOGIN_ACCOUNT_SLOW_S = envint("LOGIN_ACCOUNT_SLOW_S", 120, minimum=1)
+
+# The cache holds login and API throttle counters, so every web process must
+# see the same one: a per-process LocMemCache would multiply every limit by the
+# number of gunicorn workers. Production: CACHE_URL=redis://... (atomic
+# counters). Embedded default: the database cache, shared by every process on
+# the SQLite file (its table comes from `manage.py createcachetable`, which the
+# migrate steps run; the test runner creates it itself).
+CACHE_URL = envstr("CACHE_URL", "")
+if CACHE_URL.startswith(("redis://", "rediss://", "unix://")):
+    CACHES: dict[str, dict[str, Any]] = {
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}
+    }
+elif CACHE_URL in ("", "db://"):
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.db.DatabaseCache", "LOCATION": "annotate_cache"}}
+elif CACHE_URL == "locmem://":
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+else:
+    raise ImproperlyConfigured(f"CACHE_URL={CACHE_URL!r} must be redis://..., db:// or locmem://")
+# --- end of security ----------------------------------------------------------
 
 # --- Celery ---------------------------------------------------------------
 CELERY_BROKER_URL = envstr("CELERY_BROKER_URL", "filesystem://")
@@ -232,9 +277,7 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
 else:
     # Longer than the longest step (a training run), or Redis would hand an
     # unacknowledged long task to a second worker while the first still runs.
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "visibility_timeout": envint("CELERY_VISIBILITY_TIMEOUT", 6 * 3600, minimum=60)
-    }
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": envint("CELERY_VISIBILITY_TIMEOUT", 6 * 3600, minimum=60)}
 # Durable state lives in our own tables (generations, export jobs); results
 # are not needed from the broker.
 CELERY_RESULT_BACKEND = None
@@ -274,6 +317,16 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # Counted in the shared cache (see CACHES). A labeler clicks a few ratings a
+    # second at most; scripts get a clear 429 with Retry-After beyond these.
+    "DEFAULT_THROTTLE_CLASSES": [
+        "rest_framework.throttling.AnonRateThrottle",
+        "rest_framework.throttling.UserRateThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": {
+        "anon": envstr("API_THROTTLE_ANON", "30/minute"),
+        "user": envstr("API_THROTTLE_USER", "600/minute"),
+    },
 }
 SPECTACULAR_SETTINGS = {"TITLE": "annotate API", "VERSION": "1.0.0"}
 
@@ -330,7 +383,7 @@ STEPGEN_RETRIES = envint("STEPGEN_RETRIES", 2, minimum=0)
 STEPGEN_QUEUE = envstr("STEPGEN_QUEUE", "gpu" if STEPGEN_BACKEND == "local" else "cpu")
 # A slot pending longer than this is taken to be lost (worker died) and is re-queued.
 STEPGEN_PENDING_TIMEOUT_S = envint("STEPGEN_PENDING_TIMEOUT_S", 10 * 60, minimum=1)
-STEPGEN_CANDIDATE_STORE = envstr("STEPGEN_CANDIDATE_STORE", "activelearn.stepgen_service.InMemoryCandidateStore")
+STEPGEN_CANDIDATE_STORE = envstr("STEPGEN_CANDIDATE_STORE", "activelearn.stepgen_service.DatabaseCandidateStore")
 # Workers autodiscover only <app>.tasks; the prefetch task lives in the service module.
 CELERY_IMPORTS = ["activelearn.stepgen_service"]
 # --- end of step generation ---------------------------------------------------
@@ -402,3 +455,4 @@ if PIPELINE_AUTO_START_BELOW_OPEN_TASKS or PIPELINE_AUTO_START_EVERY_S:
         "schedule": float(PIPELINE_CADENCE_EVERY_S),
         "options": {"queue": PIPELINE_CPU_QUEUE, "expires": float(PIPELINE_CADENCE_EVERY_S)},
     }
+# --- end of generation pipeline -----------------------------------------------

@@ -1,5 +1,6 @@
 from django.contrib import admin
 from django.urls import include, path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.permissions import IsAuthenticated
 
@@ -9,6 +10,8 @@ from labeling.api.docs import api_docs
 
 urlpatterns = [
     path("healthz/", healthz, name="healthz"),
+    # One sign-in page for everyone, so the login throttle (labeling.auth) has no side door.
+    path("admin/login/", RedirectView.as_view(pattern_name="login", query_string=True), name="admin-login"),
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(permission_classes=[IsAuthenticated]), name="api-schema"),
     path("api/docs/", api_docs, name="api-docs"),
@@ -18,3 +21,5 @@ urlpatterns = [
     path("dashboard/exports/", dashboard_views.export_job_start, name="dashboard-export-start"),
     path("", include("labeling.urls")),
 ]
+
+handler404 = "annotate.errors.not_found"

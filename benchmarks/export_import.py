@@ -174,6 +174,7 @@ def measure(solutions: int, url: str, seed: int, workdir: Path) -> dict[str, Any
     baseline_s = statistics.median(baseline_runs)
 
     exported = out.read_bytes().count(b"\n")
+
     # Same records, compared as values: the export writes stored JSON as the
     # database prints it, so whitespace may differ from orjson's.
     def canonical(path: Path) -> list[bytes]:

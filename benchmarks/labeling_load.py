@@ -24,6 +24,12 @@ connection after every response), one worker per core by default.
 
   .venv/bin/python benchmarks/labeling_load.py --mode think --duration 60
   .venv/bin/python benchmarks/labeling_load.py --mode closed --duration 60 --concurrency 8,16,32,64
+
+Soak (--soak): the think mode for 10 minutes (200 labelers unless told otherwise), then
+one PASS/FAIL line per criterion: failure ratio < 1 %, p95 of rate and next-task within
+the 25 ms budget, stored ratings == acknowledged ratings. Exits 1 when any fails.
+
+  .venv/bin/python benchmarks/labeling_load.py --soak
 """
 
 from __future__ import annotations
@@ -71,6 +77,8 @@ def build(args: argparse.Namespace, env: dict[str, str]) -> None:
         if not admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [dbname]).fetchone():
             admin.execute(f'CREATE DATABASE "{dbname}"')
     subprocess.run([PY, "manage.py", "migrate", "--no-input", "-v", "0"], cwd=ROOT, env=env, check=True)
+    # A database cache (CACHES) needs its table; a no-op when none is configured.
+    subprocess.run([PY, "manage.py", "createcachetable"], cwd=ROOT, env=env, check=True)
     with _connect(args.database_url) as db:
         have = db.execute(
             "SELECT count(*) FROM auth_user WHERE username = %s", [f"bench{args.max_labelers - 1}"]
@@ -233,6 +241,7 @@ class Labeler:
         self.cookies, self.stats, self.lock = dict(cookies), stats, lock
         self.acked = 0
         self.errors = 0
+        self.http_errors = 0
 
     def request(self, label: str, method: str, path: str, body: dict[str, Any] | None = None,
                 htmx: bool = False) -> tuple[int, dict[str, str], str]:  # fmt: skip
@@ -262,6 +271,7 @@ class Labeler:
             self.cookies[k] = rest.split(";", 1)[0]
         if response.status >= 400:
             self.errors += 1
+            self.http_errors += 1
         return response.status, dict(response.headers), text
 
     def sign_in(self, name: str) -> None:
@@ -325,7 +335,8 @@ def drive(
         t.join(duration + 60)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     out.send({"stats": dict(stats), "acked": sum(x.acked for x in labelers),
-              "errors": sum(x.errors for x in labelers), "wall": time.perf_counter() - t0,
+              "errors": sum(x.errors for x in labelers),
+              "http_errors": sum(x.http_errors for x in labelers), "wall": time.perf_counter() - t0,
               "generator_cpu": usage.ru_utime + usage.ru_stime})  # fmt: skip
 
 
@@ -394,6 +405,40 @@ def report(title: str, result: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
+SOAK_FAILURE_RATIO = 0.01
+SOAK_P95_MS = 25.0
+
+
+def soak_verdict(result: dict[str, Any], summary: dict[str, Any], stored: int) -> list[tuple[str, bool, str]]:
+    """(criterion, passed, detail) for the soak's acceptance criteria."""
+    answered = sum(len(v) for v in result["stats"].values())
+    # Errors = answers >= 400 plus requests that got no answer at all (not in stats).
+    unanswered = max(0, result["errors"] - result.get("http_errors", 0))
+    attempts = answered + unanswered
+    ratio = result["errors"] / max(attempts, 1)
+    verdicts = [
+        (
+            "failure ratio < 1%",
+            ratio < SOAK_FAILURE_RATIO,
+            f"{result['errors']} failed of {attempts} requests ({100 * ratio:.3f}%)",
+        )
+    ]
+    for name, label in (("rate", "rate"), ("submit+next", "next task (submit+next)"), ("next", "next task (first)")):
+        row = summary.get(name)
+        if row is None:
+            verdicts.append((f"p95 {label} < {SOAK_P95_MS:.0f} ms", False, "no requests measured"))
+            continue
+        verdicts.append(
+            (f"p95 {label} < {SOAK_P95_MS:.0f} ms", row["p95"] < SOAK_P95_MS,
+             f"p95 {row['p95']:.1f} ms (p50 {row['p50']:.1f}, p99 {row['p99']:.1f}, n={row['count']})")
+        )  # fmt: skip
+    verdicts.append(
+        ("stored ratings == acknowledged", stored == result["acked"],
+         f"acknowledged {result['acked']}, stored {stored}")
+    )  # fmt: skip
+    return verdicts
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/annotate_bench_load")
@@ -409,7 +454,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=4, help="threads per gunicorn worker (overlap DB waits)")
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--access-log", action="store_true")
+    parser.add_argument("--soak", action="store_true", help="think mode, 600 s by default, PASS/FAIL per criterion")
     args = parser.parse_args()
+    if args.soak:
+        args.mode = "think"
+        if "--duration" not in sys.argv:
+            args.duration = 600
     steps = [int(c) for c in args.concurrency.split(",")]
     args.max_labelers = max([args.labelers, *steps]) * 2
 
@@ -425,6 +475,7 @@ def main() -> None:
     server = start_server(args, env)
     args.server_pid = server.pid
     results: dict[str, Any] = {}
+    soak_failed = False
     try:
         if args.mode in ("think", "both"):
             lo, hi = (float(x) for x in args.think.split(","))
@@ -433,6 +484,13 @@ def main() -> None:
             results["think"] = report(f"{args.labelers} labelers, think {lo}-{hi} s", result)
             stored = stored_ratings(args.database_url) - before
             print(_check(result["acked"], stored))
+            if args.soak:
+                verdicts = soak_verdict(result, results["think"], stored)
+                print(f"\n== soak: {args.labelers} labelers, {args.duration:.0f} s")
+                for criterion, passed, detail in verdicts:
+                    print(f"{'PASS' if passed else 'FAIL'}  {criterion}: {detail}")
+                soak_failed = not all(passed for _, passed, _ in verdicts)
+                print(f"SOAK {'FAIL' if soak_failed else 'PASS'}")
         if args.mode in ("closed", "both"):
             results["closed"] = {}
             per_step = args.duration / len(steps)
@@ -457,6 +515,8 @@ def main() -> None:
         server.send_signal(signal.SIGTERM)
         server.wait(30)
     print(json.dumps(results, default=float)[:0])
+    if soak_failed:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
+import glob
 import gzip
 import hashlib
 import itertools
@@ -320,8 +322,7 @@ def prm800k_export(
     filters = filters or ExportFilters()
     target = Path(output).resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
-    tmp = Path(tmp_name)
+    fd, tmp = _open_partial(target)
     try:
         count = 0
         with os.fdopen(fd, "wb") as raw:
@@ -360,6 +361,22 @@ def prm800k_export(
         tmp.unlink(missing_ok=True)
         raise
     return ExportResult(path=target, records=count, sha256=digest, bytes_written=hashing.size)
+
+
+def _open_partial(target: Path) -> tuple[int, Path]:
+    """A hidden ``.partial`` file beside ``target``, locked for as long as this export runs.
+
+    A SIGKILLed (or OOM-killed) export cannot remove its partial file, but the kernel
+    drops its lock: the next export of the same target removes every partial file whose
+    lock it can take (whose writer is dead), and leaves those of a running export alone.
+    """
+    for stale in target.parent.glob(f".{glob.escape(target.name)}.*.partial"):
+        with contextlib.suppress(OSError), stale.open("rb") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            stale.unlink()
+    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd, Path(name)
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

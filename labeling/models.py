@@ -501,3 +501,45 @@ class LabelerStatusEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.labeler_id}: {self.from_status} -> {self.to_status}"
+
+
+class CandidateSetStatus(models.TextChoices):
+    PENDING = "pending", "pending"
+    READY = "ready", "ready"
+    FAILED = "failed", "failed"
+
+
+class StepCandidateSet(models.Model):
+    """The K candidate next steps a model proposed for one step of one assignment.
+
+    Phase 1: the candidates the labeler rates at each step; phase 2: alternatives
+    generated at the error step when the solution has none stored. Written by
+    ``activelearn.stepgen_service.DatabaseCandidateStore`` only: pending when a
+    prefetch claims the slot, then ready (texts) or failed (error). A ready set is
+    never overwritten, so the texts a labeler rated are the texts stored here.
+    """
+
+    assignment = models.ForeignKey(Assignment, on_delete=models.CASCADE, related_name="candidate_sets")
+    step_index = models.PositiveIntegerField()
+    status = models.CharField(max_length=10, choices=CandidateSetStatus.choices, default=CandidateSetStatus.PENDING)
+    texts = models.JSONField(default=list, blank=True)
+    # StepCandidates.as_dict() minus the texts: sampling settings and drop counts.
+    sampling = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["assignment_id", "step_index"]
+        constraints = [
+            # One slot per (assignment, step): the claim is an upsert on this key,
+            # so two prefetches of the same step queue one generation task. Also
+            # serves the page's "candidates of this step" lookup.
+            models.UniqueConstraint(fields=["assignment", "step_index"], name="step_candidate_set_one_per_step"),
+            models.CheckConstraint(
+                condition=Q(status__in=["pending", "ready", "failed"]), name="step_candidate_set_status_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"candidates for assignment {self.assignment_id} step {self.step_index} ({self.status})"

@@ -1,7 +1,7 @@
 """The task queue: which task a labeler gets next, and leases on it.
 
 A task is leased, not given. ``assignment_next`` hands out the highest-priority
-open task of an open phase-2 generation that the labeler has not had, while the
+open task of an open generation (phase 1 or 2) that the labeler has not had, while the
 task has fewer live assignments than ``Task.labelers_needed``; a live
 assignment is a submitted one or one whose lease has not run out. Each rating
 renews the lease (labeling.rating).
@@ -189,7 +189,9 @@ def _unseen_quality_control_ids(*, labeler: Labeler) -> list[int]:
 
 def _next_work(*, labeler: Labeler, now: datetime, rng: random.Random) -> Assignment | None:
     generation_ids = list(
-        Generation.objects.filter(status=GenerationStatus.OPEN, phase=Phase.TWO)
+        # Phase-1 work (one task per problem, on its placeholder solution) is
+        # served like phase-2 work, best priority first across generations.
+        Generation.objects.filter(status=GenerationStatus.OPEN, phase__in=[Phase.ONE, Phase.TWO])
         .order_by("number")
         .values_list("pk", flat=True)
     )

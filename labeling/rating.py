@@ -29,9 +29,11 @@ from labeling.exports import label_steps_freeze
 from labeling.models import (
     Assignment,
     AssignmentStatus,
+    CandidateSetStatus,
     FinishReason,
     LabeledStep,
     StepAlternative,
+    StepCandidateSet,
     StepRating,
     Task,
     TaskStatus,
@@ -310,6 +312,8 @@ def _keep_trajectory_consistent(assignment: Assignment, *, steps: list[str], row
                 for a in alternatives
             )
             created = True
+        else:
+            _alternatives_request(assignment, step_index=stop)
 
     # chosen_completion from what the rows say is stored (no re-read).
     stored = {r.index: r.chosen for r in rows if r.completion == 0 and r.index <= stop}
@@ -321,11 +325,78 @@ def _keep_trajectory_consistent(assignment: Assignment, *, steps: list[str], row
     return bool(deleted or stale_alternatives or created)
 
 
+def _alternatives_request(assignment: Assignment, *, step_index: int) -> None:
+    """No stored alternatives for the error step: ask the step generator for some.
+
+    The claim is written in this transaction and the worker is queued after
+    commit (activelearn.stepgen_service); alternatives_generated_attach puts
+    the result in front of the labeler once it is ready.
+    """
+    if settings.STEPGEN_BACKEND == "none":
+        return
+    from activelearn.stepgen_service import candidates_prefetch  # the web process needs no stepgen otherwise
+
+    candidates_prefetch(assignment_id=assignment.pk, step_index=step_index)
+
+
+def alternatives_generated_attach(*, assignment: Assignment) -> bool:
+    """Attach generated alternatives for the error step once they are ready.
+
+    True while a worker is still generating them: the labeler waits (the
+    screen polls) and submitting is refused. A failed generation does not
+    block the task; it ends without alternatives, as it would with none stored.
+    """
+    if settings.STEPGEN_BACKEND == "none" or assignment.status != AssignmentStatus.IN_PROGRESS:
+        return False
+    if not StepCandidateSet.objects.filter(assignment=assignment).exists():
+        return False  # the common case costs one indexed query and no lock
+    with transaction.atomic():
+        locked = _lock(assignment)
+        steps: list[str] = locked.task.solution.steps or []
+        rows = _rows(locked)
+        own = {r.index: r.rating for r in rows if r.completion == 0}
+        progress = progress_compute(step_count=len(steps), own_ratings=own, alternative_ratings={})
+        stop = progress.stop_index
+        if not progress.stopped_at_error or any(r.completion > 0 and r.index == stop for r in rows):
+            return False
+        candidates = StepCandidateSet.objects.filter(assignment=locked, step_index=stop).first()
+        if candidates is None:
+            return False
+        if candidates.status == CandidateSetStatus.PENDING:
+            return True
+        if candidates.status != CandidateSetStatus.READY:
+            return False
+        solution_id = locked.task.solution_id
+        texts = [t for t in candidates.texts if isinstance(t, str) and t.strip() and t != steps[stop]]
+        model = str((candidates.sampling or {}).get("model", ""))[:200]
+        # Stored on the solution, so later labelers who stop at the same step
+        # rate the same alternatives; another labeler may have stored some
+        # first, and then those are used.
+        StepAlternative.objects.bulk_create(
+            [
+                StepAlternative(solution_id=solution_id, step_index=stop, ordinal=i, text=t, source_model=model)
+                for i, t in enumerate(texts, start=1)
+            ],
+            ignore_conflicts=True,
+        )
+        step_id = next(r.step_id for r in rows if r.index == stop)
+        StepRating.objects.bulk_create(
+            StepRating(step_id=step_id, completion_index=a.ordinal, text=a.text, rating=None, flagged=False)
+            for a in StepAlternative.objects.filter(solution_id=solution_id, step_index=stop).order_by("ordinal")
+        )
+    return False
+
+
 def assignment_submit(*, assignment: Assignment, now: datetime | None = None) -> FinishReason:
     """Finish with the reason the ratings call for (found_error or solution)."""
     now = now or timezone.now()
+    if alternatives_generated_attach(assignment=assignment):
+        raise NotFinished("Other candidates for this step are still being generated; submit again in a moment.")
     with transaction.atomic():
         locked = _lock(assignment)
+        if locked.task.solution.steps is None:
+            # Phase 1 ends when the solution reaches a final answer (labeling.phase_one).
+            raise NotFinished("Continue until the solution reaches its final answer, or give up.")
         progress = _progress(len(locked.task.solution.steps or []), _rows(locked))
         reason = progress.ready_reason
         if reason is None:

@@ -2,11 +2,12 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from labeling import views
+from labeling.auth import ThrottledLoginView
 
 urlpatterns = [
     path("", views.home, name="home"),
     path("guide/", views.guide, name="guide"),
-    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("login/", ThrottledLoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("next/", views.next_task, name="next-task"),
     path("assignments/<int:pk>/", views.task, name="task"),
@@ -15,4 +16,19 @@ urlpatterns = [
     path("assignments/<int:pk>/give-up/", views.give_up, name="give-up"),
     path("assignments/<int:pk>/bad-problem/", views.bad_problem, name="bad-problem"),
     path("screening/", views.screening_result, name="screening-result"),
+]
+
+# Phase 1 (labeling.phase_one_views): the task page itself is "task" above.
+from labeling import phase_one_views  # noqa: E402
+
+urlpatterns += [
+    path(
+        "assignments/<int:pk>/phase-one/<int:step>/<int:completion>/",
+        phase_one_views.rate_candidate,
+        name="phase-one-rate",
+    ),
+    path(
+        "assignments/<int:pk>/phase-one/<int:step>/continue/", phase_one_views.continue_step, name="phase-one-continue"
+    ),
+    path("assignments/<int:pk>/phase-one/<int:step>/retry/", phase_one_views.retry_candidates, name="phase-one-retry"),
 ]

@@ -24,6 +24,7 @@ from labeling.rating import (
     AssignmentClosed,
     NotFinished,
     RatingRejected,
+    alternatives_generated_attach,
     assignment_abandon,
     assignment_submit,
     step_rate_outcome,
@@ -64,9 +65,16 @@ def _refused(request: HttpRequest, message: str, *, status: int = 409) -> HttpRe
 def _task_response(
     request: HttpRequest, assignment: Assignment | None, *, status: int = 200, **extra: object
 ) -> HttpResponse:
+    if assignment is not None and assignment.task.solution.steps is None:
+        # A phase-1 task: its own screen (imported here: that module imports this one).
+        from labeling.phase_one_views import phase_one_response
+
+        return phase_one_response(request, assignment, status=status, **extra)
+    pending = assignment is not None and alternatives_generated_attach(assignment=assignment)
     screen = task_screen(assignment=assignment) if assignment is not None else None
     template = "labeling/task.html#task-panel" if _htmx(request) else "labeling/task.html"
-    response = render(request, template, {"screen": screen, **extra}, status=status)
+    context = {"screen": screen, "alternatives_pending": pending, **extra}
+    response = render(request, template, context, status=status)
     if screen is not None:
         response[VERSION_HEADER] = f"{screen.assignment.pk}:{screen.version}"
     return response

@@ -9,6 +9,8 @@ PORT=${PORT:-8000}
 export DEBUG=${DEBUG:-true}
 
 $PY manage.py migrate --no-input
+# The shared cache (login and API throttling) lives in a table on the embedded default.
+$PY manage.py createcachetable
 $PY manage.py load_demo
 
 $PY -m celery -A annotate worker --loglevel=INFO --queues=cpu,gpu --pool=solo \

@@ -5,48 +5,73 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('labeling', '0001_initial'),
+        ("labeling", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='PRMCheckpoint',
+            name="PRMCheckpoint",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('path', models.CharField(blank=True, default='', max_length=500)),
-                ('base_model', models.CharField(max_length=500)),
-                ('status', models.CharField(choices=[('training', 'training'), ('ready', 'ready'), ('failed', 'failed')], default='training', max_length=20)),
-                ('trained_through_generation', models.IntegerField(blank=True, null=True)),
-                ('hyperparameters', models.JSONField(blank=True, default=dict)),
-                ('metrics', models.JSONField(blank=True, default=dict)),
-                ('examples_seen', models.PositiveIntegerField(default=0)),
-                ('duration_s', models.FloatField(blank=True, null=True)),
-                ('error', models.TextField(blank=True, default='')),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("path", models.CharField(blank=True, default="", max_length=500)),
+                ("base_model", models.CharField(max_length=500)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("training", "training"), ("ready", "ready"), ("failed", "failed")],
+                        default="training",
+                        max_length=20,
+                    ),
+                ),
+                ("trained_through_generation", models.IntegerField(blank=True, null=True)),
+                ("hyperparameters", models.JSONField(blank=True, default=dict)),
+                ("metrics", models.JSONField(blank=True, default=dict)),
+                ("examples_seen", models.PositiveIntegerField(default=0)),
+                ("duration_s", models.FloatField(blank=True, null=True)),
+                ("error", models.TextField(blank=True, default="")),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
             ],
             options={
-                'ordering': ['-id'],
+                "ordering": ["-id"],
             },
         ),
         migrations.CreateModel(
-            name='SolutionScore',
+            name="SolutionScore",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('score', models.FloatField()),
-                ('step_scores', models.JSONField(default=list)),
-                ('reduction', models.CharField(default='product', max_length=10)),
-                ('scored_at', models.DateTimeField(auto_now=True)),
-                ('checkpoint', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='scores', to='activelearn.prmcheckpoint')),
-                ('solution', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='scores', to='labeling.solution')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("score", models.FloatField()),
+                ("step_scores", models.JSONField(default=list)),
+                ("reduction", models.CharField(default="product", max_length=10)),
+                ("scored_at", models.DateTimeField(auto_now=True)),
+                (
+                    "checkpoint",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="scores",
+                        to="activelearn.prmcheckpoint",
+                    ),
+                ),
+                (
+                    "solution",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="scores", to="labeling.solution"
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['checkpoint', '-score'], name='solution_score_rank_idx')],
-                'constraints': [models.UniqueConstraint(fields=('solution', 'checkpoint'), name='solution_score_once_per_checkpoint'), models.CheckConstraint(condition=models.Q(('score__gte', 0), ('score__lte', 1)), name='solution_score_is_probability')],
+                "indexes": [models.Index(fields=["checkpoint", "-score"], name="solution_score_rank_idx")],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("solution", "checkpoint"), name="solution_score_once_per_checkpoint"
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(("score__gte", 0), ("score__lte", 1)), name="solution_score_is_probability"
+                    ),
+                ],
             },
         ),
     ]

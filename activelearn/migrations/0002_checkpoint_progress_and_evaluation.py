@@ -4,53 +4,59 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('activelearn', '0001_initial'),
+        ("activelearn", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='prmcheckpoint',
-            name='evaluated_at',
+            model_name="prmcheckpoint",
+            name="evaluated_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='prmcheckpoint',
-            name='evaluation',
+            model_name="prmcheckpoint",
+            name="evaluation",
             field=models.JSONField(blank=True, default=dict),
         ),
         migrations.AddField(
-            model_name='prmcheckpoint',
-            name='heartbeat_at',
+            model_name="prmcheckpoint",
+            name="heartbeat_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='prmcheckpoint',
-            name='output_dir',
-            field=models.CharField(blank=True, default='', max_length=500),
+            model_name="prmcheckpoint",
+            name="output_dir",
+            field=models.CharField(blank=True, default="", max_length=500),
         ),
         migrations.AddField(
-            model_name='prmcheckpoint',
-            name='started_at',
+            model_name="prmcheckpoint",
+            name="started_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='prmcheckpoint',
-            name='steps_done',
+            model_name="prmcheckpoint",
+            name="steps_done",
             field=models.PositiveIntegerField(default=0),
         ),
         migrations.AddField(
-            model_name='prmcheckpoint',
-            name='steps_total',
+            model_name="prmcheckpoint",
+            name="steps_total",
             field=models.PositiveIntegerField(default=0),
         ),
         migrations.AddIndex(
-            model_name='prmcheckpoint',
-            index=models.Index(condition=models.Q(('status', 'training')), fields=['heartbeat_at'], name='prm_checkpoint_training_idx'),
+            model_name="prmcheckpoint",
+            index=models.Index(
+                condition=models.Q(("status", "training")), fields=["heartbeat_at"], name="prm_checkpoint_training_idx"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='prmcheckpoint',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('status', 'ready'), _negated=True), models.Q(('path', ''), _negated=True), _connector='OR'), name='prm_checkpoint_ready_has_path'),
+            model_name="prmcheckpoint",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("status", "ready"), _negated=True), models.Q(("path", ""), _negated=True), _connector="OR"
+                ),
+                name="prm_checkpoint_ready_has_path",
+            ),
         ),
     ]

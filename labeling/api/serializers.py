@@ -55,7 +55,9 @@ class BulkImportSerializer(serializers.Serializer):
 
 
 class ImportErrorItemSerializer(serializers.Serializer):
-    index = serializers.IntegerField(help_text="position of the item in `items` (0-based)")
+    index = serializers.IntegerField(
+        allow_null=True, help_text="position of the item in `items` (0-based); null when the body itself is malformed"
+    )
     field = serializers.CharField()
     message = serializers.CharField()
 

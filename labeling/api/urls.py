@@ -5,6 +5,9 @@ from labeling.api import views
 
 router = DefaultRouter(trailing_slash=True)
 router.include_root_view = False
+# No "/api/problems.json"-style twins: the views take no format argument (they
+# answered 500), and JSON is the only representation.
+router.include_format_suffixes = False
 router.register("problems", views.ProblemViewSet, basename="api-problem")
 router.register("solutions", views.SolutionViewSet, basename="api-solution")
 router.register("generations", views.GenerationViewSet, basename="api-generation")

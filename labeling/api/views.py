@@ -69,7 +69,14 @@ class IdCursorPagination(CursorPagination):
 
 def _import_response(run: Any, request: Request) -> Response:
     body = BulkImportSerializer(data=request.data)
-    body.is_valid(raise_exception=True)
+    if not body.is_valid():
+        # The documented 400 shape for a malformed body too (index null: not one item's fault).
+        errors = [
+            {"index": None, "field": field, "message": str(message)}
+            for field, messages in body.errors.items()
+            for message in (messages if isinstance(messages, list) else [messages])
+        ]
+        return Response({"errors": errors}, status=status.HTTP_400_BAD_REQUEST)
     try:
         result: ImportResult = run(items=body.validated_data["items"], dry_run=body.validated_data["dry_run"])
     except RecordError as exc:

@@ -7,7 +7,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -16,249 +15,434 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='Assignment',
+            name="Assignment",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('status', models.CharField(choices=[('in_progress', 'in progress'), ('submitted', 'submitted'), ('expired', 'expired')], default='in_progress', max_length=20)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('last_activity_at', models.DateTimeField(blank=True, null=True)),
-                ('lease_expires_at', models.DateTimeField(blank=True, null=True)),
-                ('submitted_at', models.DateTimeField(blank=True, null=True)),
-                ('total_time_ms', models.BigIntegerField(blank=True, null=True)),
-                ('finish_reason', models.CharField(blank=True, choices=[('found_error', 'found an error'), ('solution', 'reached the solution'), ('bad_problem', 'bad problem'), ('give_up', 'gave up')], max_length=20, null=True)),
-                ('finish_reason_text', models.TextField(blank=True, default='')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("in_progress", "in progress"), ("submitted", "submitted"), ("expired", "expired")],
+                        default="in_progress",
+                        max_length=20,
+                    ),
+                ),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("last_activity_at", models.DateTimeField(blank=True, null=True)),
+                ("lease_expires_at", models.DateTimeField(blank=True, null=True)),
+                ("submitted_at", models.DateTimeField(blank=True, null=True)),
+                ("total_time_ms", models.BigIntegerField(blank=True, null=True)),
+                (
+                    "finish_reason",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("found_error", "found an error"),
+                            ("solution", "reached the solution"),
+                            ("bad_problem", "bad problem"),
+                            ("give_up", "gave up"),
+                        ],
+                        max_length=20,
+                        null=True,
+                    ),
+                ),
+                ("finish_reason_text", models.TextField(blank=True, default="")),
             ],
             options={
-                'ordering': ['id'],
+                "ordering": ["id"],
             },
         ),
         migrations.CreateModel(
-            name='Problem',
+            name="Problem",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('unique_id', models.CharField(max_length=255, unique=True)),
-                ('problem', models.TextField()),
-                ('problem_sha256', models.CharField(db_index=True, editable=False, max_length=64)),
-                ('solution', models.TextField(blank=True, null=True)),
-                ('answer', models.TextField(blank=True, null=True)),
-                ('subject', models.CharField(blank=True, default='', max_length=100)),
-                ('level', models.PositiveSmallIntegerField(blank=True, null=True)),
-                ('split', models.CharField(blank=True, choices=[('train', 'train'), ('test', 'test'), ('', 'unspecified')], default='', max_length=10)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("unique_id", models.CharField(max_length=255, unique=True)),
+                ("problem", models.TextField()),
+                ("problem_sha256", models.CharField(db_index=True, editable=False, max_length=64)),
+                ("solution", models.TextField(blank=True, null=True)),
+                ("answer", models.TextField(blank=True, null=True)),
+                ("subject", models.CharField(blank=True, default="", max_length=100)),
+                ("level", models.PositiveSmallIntegerField(blank=True, null=True)),
+                (
+                    "split",
+                    models.CharField(
+                        blank=True,
+                        choices=[("train", "train"), ("test", "test"), ("", "unspecified")],
+                        default="",
+                        max_length=10,
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
             ],
             options={
-                'ordering': ['id'],
+                "ordering": ["id"],
             },
         ),
         migrations.CreateModel(
-            name='Generation',
+            name="Generation",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('number', models.IntegerField(blank=True, null=True, unique=True)),
-                ('phase', models.PositiveSmallIntegerField(choices=[(1, 'phase 1'), (2, 'phase 2')], default=2)),
-                ('status', models.CharField(choices=[('requested', 'requested'), ('training', 'training'), ('scoring', 'scoring'), ('grading', 'grading'), ('selecting', 'selecting'), ('open', 'open'), ('closed', 'closed'), ('failed', 'failed')], default='open', max_length=20)),
-                ('config', models.JSONField(blank=True, default=dict)),
-                ('error', models.TextField(blank=True, default='')),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("number", models.IntegerField(blank=True, null=True, unique=True)),
+                ("phase", models.PositiveSmallIntegerField(choices=[(1, "phase 1"), (2, "phase 2")], default=2)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("requested", "requested"),
+                            ("training", "training"),
+                            ("scoring", "scoring"),
+                            ("grading", "grading"),
+                            ("selecting", "selecting"),
+                            ("open", "open"),
+                            ("closed", "closed"),
+                            ("failed", "failed"),
+                        ],
+                        default="open",
+                        max_length=20,
+                    ),
+                ),
+                ("config", models.JSONField(blank=True, default=dict)),
+                ("error", models.TextField(blank=True, default="")),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
             ],
             options={
-                'ordering': ['number'],
-                'constraints': [models.UniqueConstraint(condition=models.Q(('number__isnull', True)), fields=('phase',), name='generation_one_unnumbered_phase_1'), models.CheckConstraint(condition=models.Q(models.Q(('number__isnull', True), ('phase', 1)), ('number__isnull', False), _connector='OR'), name='generation_only_phase_1_unnumbered'), models.UniqueConstraint(condition=models.Q(('status__in', ['requested', 'training', 'scoring', 'grading', 'selecting'])), fields=('phase',), name='generation_at_most_one_running')],
+                "ordering": ["number"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        condition=models.Q(("number__isnull", True)),
+                        fields=("phase",),
+                        name="generation_one_unnumbered_phase_1",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            models.Q(("number__isnull", True), ("phase", 1)), ("number__isnull", False), _connector="OR"
+                        ),
+                        name="generation_only_phase_1_unnumbered",
+                    ),
+                    models.UniqueConstraint(
+                        condition=models.Q(
+                            ("status__in", ["requested", "training", "scoring", "grading", "selecting"])
+                        ),
+                        fields=("phase",),
+                        name="generation_at_most_one_running",
+                    ),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='LabeledStep',
+            name="LabeledStep",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('index', models.PositiveIntegerField()),
-                ('chosen_completion', models.PositiveIntegerField(blank=True, null=True)),
-                ('human_completion', models.TextField(blank=True, null=True)),
-                ('assignment', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='labeled_steps', to='labeling.assignment')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("index", models.PositiveIntegerField()),
+                ("chosen_completion", models.PositiveIntegerField(blank=True, null=True)),
+                ("human_completion", models.TextField(blank=True, null=True)),
+                (
+                    "assignment",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="labeled_steps",
+                        to="labeling.assignment",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['assignment_id', 'index'],
+                "ordering": ["assignment_id", "index"],
             },
         ),
         migrations.CreateModel(
-            name='Labeler',
+            name="Labeler",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('uuid', models.UUIDField(default=uuid.uuid4, editable=False, unique=True)),
-                ('status', models.CharField(choices=[('screening', 'in screening'), ('active', 'active'), ('failed_screening', 'did not pass screening'), ('suspended', 'suspended')], default='screening', max_length=20)),
-                ('status_reason', models.TextField(blank=True, default='')),
-                ('status_changed_at', models.DateTimeField(blank=True, null=True)),
-                ('exclude_labels', models.BooleanField(default=False)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('user', models.OneToOneField(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='labeler', to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("uuid", models.UUIDField(default=uuid.uuid4, editable=False, unique=True)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("screening", "in screening"),
+                            ("active", "active"),
+                            ("failed_screening", "did not pass screening"),
+                            ("suspended", "suspended"),
+                        ],
+                        default="screening",
+                        max_length=20,
+                    ),
+                ),
+                ("status_reason", models.TextField(blank=True, default="")),
+                ("status_changed_at", models.DateTimeField(blank=True, null=True)),
+                ("exclude_labels", models.BooleanField(default=False)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "user",
+                    models.OneToOneField(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="labeler",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['id'],
+                "ordering": ["id"],
             },
         ),
         migrations.AddField(
-            model_name='assignment',
-            name='labeler',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='assignments', to='labeling.labeler'),
+            model_name="assignment",
+            name="labeler",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.PROTECT, related_name="assignments", to="labeling.labeler"
+            ),
         ),
         migrations.CreateModel(
-            name='Solution',
+            name="Solution",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('steps', models.JSONField(blank=True, null=True)),
-                ('steps_sha256', models.CharField(editable=False, max_length=64)),
-                ('final_answer', models.TextField(blank=True, null=True)),
-                ('source_model', models.CharField(blank=True, default='', max_length=200)),
-                ('is_correct', models.BooleanField(blank=True, null=True)),
-                ('grading_note', models.CharField(blank=True, default='', max_length=200)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('problem', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='solutions', to='labeling.problem')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("steps", models.JSONField(blank=True, null=True)),
+                ("steps_sha256", models.CharField(editable=False, max_length=64)),
+                ("final_answer", models.TextField(blank=True, null=True)),
+                ("source_model", models.CharField(blank=True, default="", max_length=200)),
+                ("is_correct", models.BooleanField(blank=True, null=True)),
+                ("grading_note", models.CharField(blank=True, default="", max_length=200)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "problem",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="solutions", to="labeling.problem"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['id'],
+                "ordering": ["id"],
             },
         ),
         migrations.CreateModel(
-            name='GoldStep',
+            name="GoldStep",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('step_index', models.PositiveIntegerField()),
-                ('negative_ok', models.BooleanField(default=False)),
-                ('neutral_ok', models.BooleanField(default=True)),
-                ('positive_ok', models.BooleanField(default=True)),
-                ('note', models.TextField(blank=True, default='')),
-                ('solution', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='gold_steps', to='labeling.solution')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("step_index", models.PositiveIntegerField()),
+                ("negative_ok", models.BooleanField(default=False)),
+                ("neutral_ok", models.BooleanField(default=True)),
+                ("positive_ok", models.BooleanField(default=True)),
+                ("note", models.TextField(blank=True, default="")),
+                (
+                    "solution",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="gold_steps", to="labeling.solution"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['solution_id', 'step_index'],
+                "ordering": ["solution_id", "step_index"],
             },
         ),
         migrations.CreateModel(
-            name='StepAlternative',
+            name="StepAlternative",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('step_index', models.PositiveIntegerField()),
-                ('ordinal', models.PositiveIntegerField()),
-                ('text', models.TextField()),
-                ('source_model', models.CharField(blank=True, default='', max_length=200)),
-                ('solution', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='alternatives', to='labeling.solution')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("step_index", models.PositiveIntegerField()),
+                ("ordinal", models.PositiveIntegerField()),
+                ("text", models.TextField()),
+                ("source_model", models.CharField(blank=True, default="", max_length=200)),
+                (
+                    "solution",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="alternatives", to="labeling.solution"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['solution_id', 'step_index', 'ordinal'],
+                "ordering": ["solution_id", "step_index", "ordinal"],
             },
         ),
         migrations.CreateModel(
-            name='StepRating',
+            name="StepRating",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('completion_index', models.PositiveIntegerField()),
-                ('text', models.TextField()),
-                ('rating', models.SmallIntegerField(blank=True, null=True)),
-                ('flagged', models.BooleanField(blank=True, null=True)),
-                ('version', models.PositiveIntegerField(default=0)),
-                ('updated_at', models.DateTimeField(blank=True, null=True)),
-                ('step', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='ratings', to='labeling.labeledstep')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("completion_index", models.PositiveIntegerField()),
+                ("text", models.TextField()),
+                ("rating", models.SmallIntegerField(blank=True, null=True)),
+                ("flagged", models.BooleanField(blank=True, null=True)),
+                ("version", models.PositiveIntegerField(default=0)),
+                ("updated_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "step",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="ratings", to="labeling.labeledstep"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['step_id', 'completion_index'],
+                "ordering": ["step_id", "completion_index"],
             },
         ),
         migrations.CreateModel(
-            name='Task',
+            name="Task",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('normal', 'normal'), ('quality_control', 'quality control'), ('screening', 'screening')], default='normal', max_length=20)),
-                ('is_quality_control', models.BooleanField(default=False)),
-                ('serial', models.PositiveIntegerField(default=0)),
-                ('priority', models.FloatField(default=0.0)),
-                ('verifier_score', models.FloatField(blank=True, null=True)),
-                ('labelers_needed', models.PositiveSmallIntegerField(default=1)),
-                ('absent_question_keys', models.CharField(blank=True, default='', max_length=200)),
-                ('status', models.CharField(choices=[('open', 'open'), ('done', 'done'), ('retired', 'retired')], default='open', max_length=10)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('generation', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='tasks', to='labeling.generation')),
-                ('solution', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='tasks', to='labeling.solution')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("normal", "normal"),
+                            ("quality_control", "quality control"),
+                            ("screening", "screening"),
+                        ],
+                        default="normal",
+                        max_length=20,
+                    ),
+                ),
+                ("is_quality_control", models.BooleanField(default=False)),
+                ("serial", models.PositiveIntegerField(default=0)),
+                ("priority", models.FloatField(default=0.0)),
+                ("verifier_score", models.FloatField(blank=True, null=True)),
+                ("labelers_needed", models.PositiveSmallIntegerField(default=1)),
+                ("absent_question_keys", models.CharField(blank=True, default="", max_length=200)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("open", "open"), ("done", "done"), ("retired", "retired")],
+                        default="open",
+                        max_length=10,
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "generation",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="tasks", to="labeling.generation"
+                    ),
+                ),
+                (
+                    "solution",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="tasks", to="labeling.solution"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['id'],
+                "ordering": ["id"],
             },
         ),
         migrations.AddField(
-            model_name='assignment',
-            name='task',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='assignments', to='labeling.task'),
+            model_name="assignment",
+            name="task",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE, related_name="assignments", to="labeling.task"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='labeledstep',
-            constraint=models.UniqueConstraint(fields=('assignment', 'index'), name='labeled_step_unique_index'),
+            model_name="labeledstep",
+            constraint=models.UniqueConstraint(fields=("assignment", "index"), name="labeled_step_unique_index"),
         ),
         migrations.AddConstraint(
-            model_name='solution',
-            constraint=models.UniqueConstraint(fields=('problem', 'steps_sha256', 'source_model'), name='solution_unique_per_problem'),
+            model_name="solution",
+            constraint=models.UniqueConstraint(
+                fields=("problem", "steps_sha256", "source_model"), name="solution_unique_per_problem"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='goldstep',
-            constraint=models.UniqueConstraint(fields=('solution', 'step_index'), name='gold_step_unique'),
+            model_name="goldstep",
+            constraint=models.UniqueConstraint(fields=("solution", "step_index"), name="gold_step_unique"),
         ),
         migrations.AddConstraint(
-            model_name='goldstep',
-            constraint=models.CheckConstraint(condition=models.Q(('negative_ok', True), ('neutral_ok', True), ('positive_ok', True), _connector='OR'), name='gold_step_allows_some_rating'),
+            model_name="goldstep",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("negative_ok", True), ("neutral_ok", True), ("positive_ok", True), _connector="OR"),
+                name="gold_step_allows_some_rating",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='stepalternative',
-            constraint=models.UniqueConstraint(fields=('solution', 'step_index', 'ordinal'), name='step_alternative_unique_ordinal'),
+            model_name="stepalternative",
+            constraint=models.UniqueConstraint(
+                fields=("solution", "step_index", "ordinal"), name="step_alternative_unique_ordinal"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='stepalternative',
-            constraint=models.CheckConstraint(condition=models.Q(('ordinal__gte', 1)), name='step_alternative_ordinal_after_original'),
+            model_name="stepalternative",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("ordinal__gte", 1)), name="step_alternative_ordinal_after_original"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='steprating',
-            constraint=models.UniqueConstraint(fields=('step', 'completion_index'), name='step_rating_one_per_completion'),
+            model_name="steprating",
+            constraint=models.UniqueConstraint(
+                fields=("step", "completion_index"), name="step_rating_one_per_completion"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='steprating',
-            constraint=models.CheckConstraint(condition=models.Q(('rating__isnull', True), ('rating__in', [-1, 0, 1]), _connector='OR'), name='step_rating_is_minus_one_zero_or_one'),
+            model_name="steprating",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("rating__isnull", True), ("rating__in", [-1, 0, 1]), _connector="OR"),
+                name="step_rating_is_minus_one_zero_or_one",
+            ),
         ),
         migrations.AddIndex(
-            model_name='task',
-            index=models.Index(fields=['generation', 'status', '-priority', 'id'], name='task_queue_idx'),
+            model_name="task",
+            index=models.Index(fields=["generation", "status", "-priority", "id"], name="task_queue_idx"),
         ),
         migrations.AddConstraint(
-            model_name='task',
-            constraint=models.UniqueConstraint(fields=('generation', 'solution', 'kind', 'serial'), name='task_unique_per_generation'),
+            model_name="task",
+            constraint=models.UniqueConstraint(
+                fields=("generation", "solution", "kind", "serial"), name="task_unique_per_generation"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='task',
-            constraint=models.CheckConstraint(condition=models.Q(('labelers_needed__gte', 1)), name='task_needs_a_labeler'),
+            model_name="task",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("labelers_needed__gte", 1)), name="task_needs_a_labeler"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='task',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('kind', 'quality_control'), _negated=True), ('is_quality_control', True), _connector='OR'), name='task_qc_kind_is_flagged'),
+            model_name="task",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("kind", "quality_control"), _negated=True), ("is_quality_control", True), _connector="OR"
+                ),
+                name="task_qc_kind_is_flagged",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='task',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('kind', 'normal'), _negated=True), ('is_quality_control', False), _connector='OR'), name='task_normal_kind_is_not_qc'),
+            model_name="task",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("kind", "normal"), _negated=True), ("is_quality_control", False), _connector="OR"
+                ),
+                name="task_normal_kind_is_not_qc",
+            ),
         ),
         migrations.AddIndex(
-            model_name='assignment',
-            index=models.Index(fields=['labeler', 'status'], name='assignment_labeler_status_idx'),
+            model_name="assignment",
+            index=models.Index(fields=["labeler", "status"], name="assignment_labeler_status_idx"),
         ),
         migrations.AddIndex(
-            model_name='assignment',
-            index=models.Index(condition=models.Q(('status', 'in_progress')), fields=['lease_expires_at'], name='assignment_live_lease_idx'),
+            model_name="assignment",
+            index=models.Index(
+                condition=models.Q(("status", "in_progress")),
+                fields=["lease_expires_at"],
+                name="assignment_live_lease_idx",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='assignment',
-            constraint=models.UniqueConstraint(fields=('task', 'labeler'), name='assignment_one_per_task_and_labeler'),
+            model_name="assignment",
+            constraint=models.UniqueConstraint(fields=("task", "labeler"), name="assignment_one_per_task_and_labeler"),
         ),
         migrations.AddConstraint(
-            model_name='assignment',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('finish_reason__isnull', False), ('status', 'submitted')), models.Q(('status', 'submitted'), _negated=True), _connector='OR'), name='assignment_submitted_has_finish_reason'),
+            model_name="assignment",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("finish_reason__isnull", False), ("status", "submitted")),
+                    models.Q(("status", "submitted"), _negated=True),
+                    _connector="OR",
+                ),
+                name="assignment_submitted_has_finish_reason",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='assignment',
-            constraint=models.CheckConstraint(condition=models.Q(('total_time_ms__isnull', True), ('total_time_ms__gte', 0), _connector='OR'), name='assignment_total_time_not_negative'),
+            model_name="assignment",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("total_time_ms__isnull", True), ("total_time_ms__gte", 0), _connector="OR"),
+                name="assignment_total_time_not_negative",
+            ),
         ),
     ]

@@ -6,34 +6,67 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('labeling', '0003_solution_content_sha256'),
+        ("labeling", "0003_solution_content_sha256"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ExportJob',
+            name="ExportJob",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('status', models.CharField(choices=[('queued', 'queued'), ('running', 'running'), ('done', 'done'), ('failed', 'failed')], default='queued', max_length=10)),
-                ('format', models.CharField(choices=[('prm800k', 'PRM800K JSONL'), ('stepwise', 'TRL stepwise JSONL'), ('parquet', 'TRL stepwise Parquet')], default='prm800k', max_length=10)),
-                ('filters', models.JSONField(blank=True, default=dict)),
-                ('path', models.CharField(blank=True, default='', max_length=500)),
-                ('records', models.PositiveBigIntegerField(blank=True, null=True)),
-                ('sha256', models.CharField(blank=True, default='', max_length=64)),
-                ('progress', models.PositiveBigIntegerField(default=0)),
-                ('total', models.PositiveBigIntegerField(blank=True, null=True)),
-                ('error', models.TextField(blank=True, default='')),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('requested_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='export_jobs', to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("queued", "queued"), ("running", "running"), ("done", "done"), ("failed", "failed")],
+                        default="queued",
+                        max_length=10,
+                    ),
+                ),
+                (
+                    "format",
+                    models.CharField(
+                        choices=[
+                            ("prm800k", "PRM800K JSONL"),
+                            ("stepwise", "TRL stepwise JSONL"),
+                            ("parquet", "TRL stepwise Parquet"),
+                        ],
+                        default="prm800k",
+                        max_length=10,
+                    ),
+                ),
+                ("filters", models.JSONField(blank=True, default=dict)),
+                ("path", models.CharField(blank=True, default="", max_length=500)),
+                ("records", models.PositiveBigIntegerField(blank=True, null=True)),
+                ("sha256", models.CharField(blank=True, default="", max_length=64)),
+                ("progress", models.PositiveBigIntegerField(default=0)),
+                ("total", models.PositiveBigIntegerField(blank=True, null=True)),
+                ("error", models.TextField(blank=True, default="")),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "requested_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="export_jobs",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-id'],
-                'constraints': [models.CheckConstraint(condition=models.Q(models.Q(('status', 'done'), _negated=True), ('records__isnull', False), _connector='OR'), name='export_job_done_has_records')],
+                "ordering": ["-id"],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            models.Q(("status", "done"), _negated=True), ("records__isnull", False), _connector="OR"
+                        ),
+                        name="export_job_done_has_records",
+                    )
+                ],
             },
         ),
     ]

@@ -6,42 +6,75 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('labeling', '0004_export_jobs'),
+        ("labeling", "0004_export_jobs"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='LabelerStatusEvent',
+            name="LabelerStatusEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('from_status', models.CharField(choices=[('screening', 'in screening'), ('active', 'active'), ('failed_screening', 'did not pass screening'), ('suspended', 'suspended')], max_length=20)),
-                ('to_status', models.CharField(choices=[('screening', 'in screening'), ('active', 'active'), ('failed_screening', 'did not pass screening'), ('suspended', 'suspended')], max_length=20)),
-                ('reason', models.TextField(blank=True, default='')),
-                ('created_at', models.DateTimeField()),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "from_status",
+                    models.CharField(
+                        choices=[
+                            ("screening", "in screening"),
+                            ("active", "active"),
+                            ("failed_screening", "did not pass screening"),
+                            ("suspended", "suspended"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "to_status",
+                    models.CharField(
+                        choices=[
+                            ("screening", "in screening"),
+                            ("active", "active"),
+                            ("failed_screening", "did not pass screening"),
+                            ("suspended", "suspended"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                ("reason", models.TextField(blank=True, default="")),
+                ("created_at", models.DateTimeField()),
             ],
             options={
-                'ordering': ['id'],
+                "ordering": ["id"],
             },
         ),
         migrations.AddIndex(
-            model_name='task',
-            index=models.Index(condition=models.Q(('kind', 'normal'), _negated=True), fields=['kind', 'status', '-priority', 'id'], name='task_gold_kind_idx'),
+            model_name="task",
+            index=models.Index(
+                condition=models.Q(("kind", "normal"), _negated=True),
+                fields=["kind", "status", "-priority", "id"],
+                name="task_gold_kind_idx",
+            ),
         ),
         migrations.AddField(
-            model_name='labelerstatusevent',
-            name='changed_by',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL),
+            model_name="labelerstatusevent",
+            name="changed_by",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="+",
+                to=settings.AUTH_USER_MODEL,
+            ),
         ),
         migrations.AddField(
-            model_name='labelerstatusevent',
-            name='labeler',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='status_events', to='labeling.labeler'),
+            model_name="labelerstatusevent",
+            name="labeler",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE, related_name="status_events", to="labeling.labeler"
+            ),
         ),
         migrations.AddIndex(
-            model_name='labelerstatusevent',
-            index=models.Index(fields=['labeler', '-created_at'], name='labeler_status_event_idx'),
+            model_name="labelerstatusevent",
+            index=models.Index(fields=["labeler", "-created_at"], name="labeler_status_event_idx"),
         ),
     ]

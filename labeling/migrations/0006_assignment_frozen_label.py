@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('labeling', '0005_quality_control'),
+        ("labeling", "0005_quality_control"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='assignment',
-            name='label_steps_json',
+            model_name="assignment",
+            name="label_steps_json",
             field=models.TextField(blank=True, editable=False, null=True),
         ),
     ]
