@@ -381,14 +381,48 @@ class Comparison:
         paths = {
             "markdown": out_dir / "campaign.md",
             "svg": out_dir / "campaign.svg",
+            "png": out_dir / "campaign.png",
             "json": out_dir / "campaign.json",
         }
         paths["markdown"].write_text(self.to_markdown())
         paths["svg"].write_text(self.to_svg())
+        self.write_png(paths["png"])
         paths["json"].write_text(
             json.dumps({s: [_result_json(r) for r in runs] for s, runs in self.results.items()}, indent=2, default=str)
         )
         return paths
+
+    def write_png(self, path: Path) -> None:
+        """The same panels as ``to_svg``, drawn with matplotlib (imported here: only reports need it)."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        panels = self.metrics()[:3]
+        figure, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
+        for ax, metric in zip(axes[0], panels, strict=True):
+            for strategy in STRATEGIES:
+                colour = _COLOURS[strategy]
+                for run in self.results[strategy]:
+                    xs, ys = zip(*run.curve(metric), strict=True)
+                    ax.plot(xs, ys, color=colour, alpha=0.25, linewidth=1)
+                mean = self.mean_curve(strategy, metric)
+                if mean:
+                    xs, ys = zip(*mean, strict=True)
+                    ax.plot(xs, ys, color=colour, linewidth=2.5, marker="o", label=strategy)
+            if metric.startswith("bon_prm"):
+                reference = self.mean_curve("uniform", metric.replace("prm", "majority"))
+                if reference:
+                    xs, ys = zip(*reference, strict=True)
+                    ax.plot(xs, ys, color="grey", linestyle="--", label="majority vote")
+            ax.set_title(metric)
+            ax.set_xlabel("labeled solutions")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+        figure.tight_layout()
+        figure.savefig(path, dpi=110)
+        plt.close(figure)
 
     def to_svg(self) -> str:
         panels = self.metrics()[:3]

@@ -318,11 +318,12 @@ def test_the_campaign_command_writes_its_report_into_the_docs(settings, tmp_path
     report = tmp_path / "report"
     report.mkdir()
     (report / "campaign.md").write_text("| strategy | f1 |\n")
-    (report / "campaign.svg").write_text("<svg/>")
+    (report / "campaign.png").write_bytes(b"\x89PNG fake")
 
     Command()._write_docs(report)
     Command()._write_docs(report)  # replaces its own section
 
     text = (tmp_path / "docs" / "active-learning.md").read_text()
     assert text.count("| strategy | f1 |") == 1
-    assert (tmp_path / "docs" / "img" / "campaign.svg").read_text() == "<svg/>"
+    assert (tmp_path / "docs" / "img" / "campaign.png").read_bytes() == b"\x89PNG fake"
+    assert "](img/campaign.png)" in text

@@ -35,15 +35,15 @@ class Command(BaseCommand):
         self.stdout.write(f"report in {out}")
 
     def _write_docs(self, out: Path) -> None:
-        table, plot = out / "campaign.md", out / "campaign.svg"
+        table, plot = out / "campaign.md", out / "campaign.png"
         if not table.is_file():
             raise CommandError(f"no report at {table}")
         docs = Path(settings.BASE_DIR) / DOC
-        image = Path(settings.BASE_DIR) / "docs" / "img" / "campaign.svg"
+        image = Path(settings.BASE_DIR) / "docs" / "img" / "campaign.png"
         section = [BEGIN, table.read_text().strip()]
         if plot.is_file():
-            image.write_text(plot.read_text())
-            section.append("\n![labels vs metric, convincing vs uniform](img/campaign.svg)")
+            image.write_bytes(plot.read_bytes())
+            section.append("\n![labels vs metric, convincing vs uniform](img/campaign.png)")
         section.append(END)
         text = docs.read_text()
         block = "\n".join(section)

@@ -73,3 +73,4 @@ def test_comparing_strategies_writes_a_table_and_a_plot(tmp_path):
     assert "| convincing | 1 | 16 |" in table and "| uniform | 1 | 16 |" in table
     assert "data efficiency" in table
     assert paths["svg"].read_text().startswith("<svg") and "polyline" in paths["svg"].read_text()
+    assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
