@@ -302,9 +302,14 @@ def data_efficiency(active: Sequence[tuple[float, float]], uniform: Sequence[tup
 
     If active reaches uniform's final quality at L labels: uniform's final labels / L (>= 1).
     Otherwise, if uniform reaches active's final quality at L: L / active's final labels
-    (< 1). None when neither curve reaches the other's end point (e.g. both flat).
+    (< 1). None when neither curve reaches the other's end point (e.g. both flat),
+    and when uniform's final quality is already met at active's first point: both
+    campaigns share that first (uniform) generation, so uniform never improved on
+    it and the ratio would only measure the length of the run.
     """
     needed = labels_to_reach(active, uniform[-1][1])
+    if needed is not None and needed <= active[0][0] and uniform[-1][0] > active[0][0]:
+        return None
     if needed is not None and needed > 0:
         return uniform[-1][0] / needed
     needed = labels_to_reach(uniform, active[-1][1])

@@ -38,6 +38,12 @@ def test_data_efficiency_is_above_one_when_active_gets_there_first_and_below_whe
     assert data_efficiency(uniform, uniform) == pytest.approx(1.0)
 
 
+def test_data_efficiency_is_undefined_when_uniform_never_improves_on_the_shared_start():
+    active = [(100, 0.3), (200, 0.5), (300, 0.6)]
+    flat_uniform = [(100, 0.3), (200, 0.2), (300, 0.25)]
+    assert data_efficiency(active, flat_uniform) is None
+
+
 def test_a_two_generation_campaign_trains_selects_labels_and_records_metrics(tmp_path):
     messages: list[str] = []
     result = run_campaign(
