@@ -248,22 +248,103 @@ class SolutionAdmin(FastListAdmin):
 # --- Generations, tasks, assignments ---------------------------------------
 
 
+class GenerationStartForm(forms.Form):
+    number = forms.IntegerField(
+        required=False, min_value=0, help_text="Leave empty for the next number after the highest one."
+    )
+    config = forms.JSONField(
+        help_text="GenerationConfig as JSON (docs/active-learning.md); keys left out take their defaults."
+    )
+
+    def clean_config(self) -> Any:
+        from activelearn.pipeline import GenerationConfig, GenerationConfigError
+
+        value = self.cleaned_data["config"]
+        if not isinstance(value, dict):
+            raise forms.ValidationError("The configuration is a JSON object.")
+        try:
+            return GenerationConfig.from_json(value)
+        except (GenerationConfigError, TypeError, ValueError) as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+
 @admin.register(Generation)
 class GenerationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[type-arg]
-    """Read-only until the generation pipeline brings its start/retry/close services."""
+    """Generations are written by the pipeline; the admin starts, retries and closes them."""
 
-    list_display = ["__str__", "number", "phase", "status", "created_at", "started_at", "finished_at"]
+    list_display = ["__str__", "phase", "status", "progress", "created_at", "started_at", "finished_at"]
     list_filter = ["phase", "status"]
+    list_select_related = ["run"]
+    actions = ["retry", "close"]
+    change_list_template = "admin/labeling/generation/change_list.html"
     fields = readonly_fields = (
         "number",
         "phase",
         "status",
+        "progress",
         "config",
         "error",
         "created_at",
         "started_at",
         "finished_at",
     )
+
+    @admin.display(description="progress")
+    def progress(self, obj: Generation) -> str:
+        run = getattr(obj, "run", None)
+        if run is None:
+            return ""
+        return (
+            f"step {run.step or '-'}; scored {run.scored}/{run.score_total}, graded {run.graded}/{run.grade_total}, "
+            f"selected {run.selected}, QC {run.qc_injected}"
+        )
+
+    def get_urls(self) -> list[URLPattern]:
+        start = path("start/", self.admin_site.admin_view(self.start_view), name="labeling_generation_start")
+        return [start, *super().get_urls()]
+
+    def start_view(self, request: HttpRequest) -> HttpResponse:
+        from activelearn.pipeline import GenerationConfig, PipelineError, generation_start
+
+        if not request.user.is_staff:
+            raise PermissionDenied
+        form = GenerationStartForm(
+            request.POST or None, initial={"config": GenerationConfig().to_json()} if request.method == "GET" else None
+        )
+        if request.method == "POST" and form.is_valid():
+            try:
+                generation = generation_start(number=form.cleaned_data["number"], config=form.cleaned_data["config"])
+            except PipelineError as exc:
+                form.add_error(None, str(exc))
+            else:
+                self.message_user(request, f"{generation} requested; its steps run on the workers.", messages.SUCCESS)
+                return HttpResponseRedirect(reverse("admin:labeling_generation_changelist"))
+        context = {**self.admin_site.each_context(request), "title": "Start a generation", "form": form}
+        return TemplateResponse(request, "admin/labeling/generation/start.html", context)
+
+    @admin.action(description="Retry the failed step of the selected generations")
+    def retry(self, request: HttpRequest, queryset: QuerySet[Generation]) -> None:
+        from activelearn.pipeline import PipelineError, generation_retry
+
+        for generation in queryset:
+            try:
+                generation_retry(generation_id=generation.pk)
+            except PipelineError as exc:
+                self.message_user(request, f"{generation}: {exc}", messages.ERROR)
+            else:
+                self.message_user(request, f"{generation}: retrying.", messages.SUCCESS)
+
+    @admin.action(description="Close the selected generations (their tasks are no longer served)")
+    def close(self, request: HttpRequest, queryset: QuerySet[Generation]) -> None:
+        from activelearn.pipeline import PipelineError, generation_close
+
+        for generation in queryset:
+            try:
+                generation_close(generation_id=generation.pk)
+            except PipelineError as exc:
+                self.message_user(request, f"{generation}: {exc}", messages.ERROR)
+            else:
+                self.message_user(request, f"{generation}: closed.", messages.SUCCESS)
 
 
 class AssignmentInline(admin.TabularInline):  # type: ignore[type-arg]
