@@ -5,8 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from labeling.exports import ExportFilters
-from labeling.models import Phase
+from labeling.management.commands._exporting import add_filter_arguments, filters_from_options
 from labeling.stepwise import Neutral, ParquetUnavailable, stepwise_export
 
 
@@ -26,27 +25,10 @@ class Command(BaseCommand):
             help="label for steps rated 0: true (positive), false (negative), or cut the row before it (drop)",
         )
         parser.add_argument("--parquet", action="store_true", help="write Parquet instead of JSONL (needs pyarrow)")
-        parser.add_argument("--phase", type=int, choices=[p.value for p in Phase], help="only phase 1 or phase 2")
-        parser.add_argument(
-            "--generation", type=int, action="append", default=[], help="only this generation (repeatable)"
-        )
-        parser.add_argument("--exclude-quality-control", action="store_true", help="drop quality-control items")
-        parser.add_argument("--exclude-screening", action="store_true", help="drop the screening set")
-        parser.add_argument("--finished-only", action="store_true", help="drop bad_problem and give_up records")
-        parser.add_argument(
-            "--include-excluded-labelers", action="store_true", help="keep labels of labelers marked 'exclude labels'"
-        )
-        parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+        add_filter_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        filters = ExportFilters(
-            phase=options["phase"],
-            generations=tuple(options["generation"]),
-            exclude_quality_control=options["exclude_quality_control"],
-            exclude_screening=options["exclude_screening"],
-            finished_only=options["finished_only"],
-            include_excluded_labelers=options["include_excluded_labelers"],
-        )
+        filters = filters_from_options(options)
         bar = tqdm(unit="record", disable=options["no_progress"], file=sys.stderr, leave=False)
         try:
             result = stepwise_export(
