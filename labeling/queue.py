@@ -287,7 +287,13 @@ def _claim_in_generation(*, generation_id: int, labeler: Labeler, now: datetime)
         # serialise writers).
         task = candidates.exclude(pk__in=tried).select_for_update(skip_locked=True).first()
         if task is None:
-            return None
+            # Every remaining candidate is locked by a concurrent hand-over.
+            # Those commit within milliseconds and may leave places free
+            # (labelers_needed > 1), so wait for the best one instead of
+            # telling this labeler there is no work; _still_free re-counts.
+            task = candidates.exclude(pk__in=tried).select_for_update().first()
+            if task is None:
+                return None
         claim = _still_free(task=task, labeler=labeler, now=now)
         if claim is not None:
             return claim
