@@ -347,21 +347,14 @@ class GenerationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[typ
                 self.message_user(request, f"{generation}: closed.", messages.SUCCESS)
 
 
-class AssignmentInline(admin.TabularInline):  # type: ignore[type-arg]
+class AssignmentInline(ReadOnlyAdminMixin, admin.TabularInline):  # type: ignore[type-arg]
     model = Assignment
     fields = readonly_fields = ("link", "labeler", "status", "finish_reason", "submitted_at", "total_time_ms")
     extra = 0
-    can_delete = False
     show_change_link = False
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Assignment]:
         return super().get_queryset(request).select_related("labeler")
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     @admin.display(description="assignment")
     def link(self, obj: Assignment) -> SafeString:
@@ -396,20 +389,13 @@ class TaskAdmin(FastListAdmin):
         return obj.solution.problem.unique_id
 
 
-class LabeledStepInline(admin.TabularInline):  # type: ignore[type-arg]
+class LabeledStepInline(ReadOnlyAdminMixin, admin.TabularInline):  # type: ignore[type-arg]
     model = LabeledStep
     fields = readonly_fields = ("number", "chosen_completion", "human_completion", "ratings_display")
     extra = 0
-    can_delete = False
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[LabeledStep]:
         return super().get_queryset(request).prefetch_related("ratings")
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     @admin.display(description="step")
     def number(self, obj: LabeledStep) -> int:
