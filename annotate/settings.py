@@ -258,6 +258,15 @@ elif CACHE_URL == "locmem://":
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 else:
     raise ImproperlyConfigured(f"CACHE_URL={CACHE_URL!r} must be redis://..., db:// or locmem://")
+# Every request reads its session. With Redis as the cache, sessions are read
+# from it and written through to the database (annotate.sessions), so a Redis
+# restart signs nobody out; with the database cache that would only add a
+# second read.
+SESSION_ENGINE = (
+    "annotate.sessions"
+    if CACHES["default"]["BACKEND"].endswith("RedisCache")
+    else "django.contrib.sessions.backends.db"
+)
 # --- end of security ----------------------------------------------------------
 
 # --- Celery ---------------------------------------------------------------

@@ -20,7 +20,9 @@ The generator shares the machine with the server, so its own CPU is reported
 PostgreSQL CPU seconds over the run, per request.
 
 Serving: gunicorn with gthread workers (keep-alive; a sync worker closes the
-connection after every response), one worker per core by default.
+connection after every response), four single-threaded processes per core by
+default: a request spends most of its time waiting on PostgreSQL round trips,
+and threads of one process queue on the GIL after each of them.
 
   .venv/bin/python benchmarks/labeling_load.py --mode think --duration 60
   .venv/bin/python benchmarks/labeling_load.py --mode closed --duration 60 --concurrency 8,16,32,64
@@ -66,7 +68,7 @@ def _connect(url: str, dbname: str | None = None) -> Any:
 
     parts = urllib.parse.urlparse(url)
     return psycopg.connect(
-        host=parts.hostname, port=parts.port or 5432, user=parts.username or "postgres",
+        host=urllib.parse.unquote(parts.hostname or ""), port=parts.port or 5432, user=parts.username or "postgres",
         password=parts.password, dbname=dbname or parts.path.lstrip("/"), autocommit=True,
     )  # fmt: skip
 
@@ -187,10 +189,15 @@ def make_sessions(first: int, count: int) -> list[dict[str, str]]:
     """Signed-in sessions made directly, so PBKDF2 sign-ins do not swamp the run.
 
     Sign-in itself is measured once per run ("login", a handful of users)."""
+    from importlib import import_module
+
+    from django.conf import settings
     from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
     from django.contrib.auth.models import User
-    from django.contrib.sessions.backends.db import SessionStore
     from django.utils.crypto import get_random_string
+
+    # The configured engine (database, or Redis written through to the database).
+    SessionStore = import_module(settings.SESSION_ENGINE).SessionStore
 
     users = {u.username: u for u in User.objects.filter(username__in=[f"bench{first + i}" for i in range(count)])}
     # Simulated labelers are active (past screening): they get normal work.
@@ -281,14 +288,19 @@ class Labeler:
         if status != 302:
             raise RuntimeError(f"sign-in failed for {name}: {status}")
 
-    def run(self, deadline: float, think: tuple[float, float] | None, n_steps: int) -> None:
+    def run(self, deadline: float, think: tuple[float, float] | None, n_steps: int, start_after: float) -> None:
+        time.sleep(start_after)  # labelers arrive over the ramp-up, not all in one instant
         status, headers, _ = self.request("next", "POST", "/next/", {})
         match = re.search(r"/assignments/(\d+)/", headers.get("Location", ""))
         assignment = int(match.group(1)) if match else None
+        if assignment is None:
+            return
+        # The browser follows the redirect to the task page once; after that,
+        # finishing a task answers with the next one's panel (htmx swaps it in).
+        status, _, _page = self.request("task_page", "GET", f"/assignments/{assignment}/")
+        if status != 200:
+            return
         while assignment is not None and time.monotonic() < deadline:
-            status, _, _page = self.request("task_page", "GET", f"/assignments/{assignment}/")
-            if status != 200:
-                return
             for i in range(n_steps):
                 if time.monotonic() >= deadline:
                     return
@@ -316,6 +328,7 @@ def drive(
     duration: float,
     think: tuple[float, float] | None,
     n_steps: int,
+    spawn_rate: float,
     out: Any,
 ) -> None:
     """Runs in its own process: one thread per labeler."""
@@ -327,7 +340,11 @@ def drive(
         probe.sign_in(f"bench{i}")
     labelers = [Labeler(port, cookies, stats, lock) for cookies in sessions]
     deadline = time.monotonic() + duration
-    threads = [threading.Thread(target=lab.run, args=(deadline, think, n_steps), daemon=True) for lab in labelers]
+    threads = [
+        threading.Thread(target=lab.run, args=(deadline, think, n_steps, i / spawn_rate if spawn_rate else 0.0),
+                         daemon=True)
+        for i, lab in enumerate(labelers)
+    ]  # fmt: skip
     t0 = time.perf_counter()
     for t in threads:
         t.start()
@@ -361,7 +378,9 @@ def run_load(args: argparse.Namespace, labelers: int, duration: float, think: tu
              first: int = 0) -> dict[str, Any]:  # fmt: skip
     sessions = make_sessions(first, labelers)
     receive, send = multiprocessing.Pipe(duplex=False)
-    process = multiprocessing.Process(target=drive, args=(args.port, sessions, duration, think, args.steps, send))
+    process = multiprocessing.Process(
+        target=drive, args=(args.port, sessions, duration, think, args.steps, args.spawn_rate, send)
+    )
     cpu0 = _server_cpu(args.server_pid)
     process.start()
     result: dict[str, Any] = receive.recv()
@@ -448,11 +467,25 @@ def main() -> None:
     parser.add_argument("--mode", choices=["think", "closed", "both"], default="think")
     parser.add_argument("--labelers", type=int, default=200)
     parser.add_argument("--think", default="1,5", help="think time range in seconds")
-    parser.add_argument("--concurrency", default="8,16,32,64,128")
+    parser.add_argument("--concurrency", default="1,2,4,8,16,32,64")
     parser.add_argument("--duration", type=float, default=60, help="seconds per mode (closed: split over steps)")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 2, help="gunicorn workers (one per core)")
-    parser.add_argument("--threads", type=int, default=4, help="threads per gunicorn worker (overlap DB waits)")
+    parser.add_argument(
+        "--workers", type=int, default=4 * (os.cpu_count() or 2),
+        help="gunicorn worker processes (default 4 per core: requests mostly wait on PostgreSQL)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--threads", type=int, default=1,
+        help="threads per worker (threads of one process queue on the GIL after every query)",
+    )  # fmt: skip
     parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument(
+        "--spawn-rate", type=float, default=10.0,
+        help="labelers starting per second (as Locust's -r); 0 starts all at once",
+    )  # fmt: skip
+    parser.add_argument(
+        "--cache-url", default="redis://127.0.0.1:6379/15",
+        help="CACHE_URL of the server (production: Redis; sessions are read from it)",
+    )  # fmt: skip
     parser.add_argument("--access-log", action="store_true")
     parser.add_argument("--soak", action="store_true", help="think mode, 600 s by default, PASS/FAIL per criterion")
     args = parser.parse_args()
@@ -465,7 +498,8 @@ def main() -> None:
 
     env = {**os.environ, "DATABASE_URL": args.database_url, "SECRET_KEY": "benchmark-only-secret-key-0123456789",
            "DEBUG": "false", "SECURE_COOKIES": "false", "STATIC_ROOT": tempfile.mkdtemp(prefix="bench-static-"),
-           "DJANGO_SETTINGS_MODULE": "annotate.settings", "LOG_LEVEL": "WARNING"}  # fmt: skip
+           "DJANGO_SETTINGS_MODULE": "annotate.settings", "LOG_LEVEL": "WARNING",
+           "CACHE_URL": args.cache_url}  # fmt: skip
     os.environ.update(env)
     sys.path.insert(0, str(ROOT))
     import django

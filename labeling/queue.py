@@ -271,6 +271,7 @@ def _claim_in_generation(*, generation_id: int, labeler: Labeler, now: datetime)
     candidates = (
         # Screening and QC items are served apart (_next_screening, _next_work).
         Task.objects.filter(generation_id=generation_id, status=TaskStatus.OPEN, kind=TaskKind.NORMAL)
+        .select_related("solution__problem")
         .alias(live=live_count)
         .filter(live__lt=F("labelers_needed"))
         .exclude(Exists(Assignment.objects.filter(task_id=OuterRef("pk"), labeler=labeler)))
@@ -285,13 +286,14 @@ def _claim_in_generation(*, generation_id: int, labeler: Labeler, now: datetime)
         # requests skip rows that are being handed out instead of queueing
         # behind them (SQLite ignores this; its IMMEDIATE transactions already
         # serialise writers).
-        task = candidates.exclude(pk__in=tried).select_for_update(skip_locked=True).first()
+        # The solution and problem come along: the task screen shows them next.
+        task = candidates.exclude(pk__in=tried).select_for_update(skip_locked=True, of=("self",)).first()
         if task is None:
             # Every remaining candidate is locked by a concurrent hand-over.
             # Those commit within milliseconds and may leave places free
             # (labelers_needed > 1), so wait for the best one instead of
             # telling this labeler there is no work; _still_free re-counts.
-            task = candidates.exclude(pk__in=tried).select_for_update().first()
+            task = candidates.exclude(pk__in=tried).select_for_update(of=("self",)).first()
             if task is None:
                 return None
         claim = _still_free(task=task, labeler=labeler, now=now)

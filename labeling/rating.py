@@ -18,11 +18,15 @@ than ``settings.IDLE_GAP_SECONDS`` counts as 0 (the labeler was away).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
 
+import orjson
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection, models, transaction
+from django.db.models import Count, F, OuterRef, Subquery
 from django.utils import timezone
 
 from labeling.exports import label_steps_freeze
@@ -32,6 +36,7 @@ from labeling.models import (
     CandidateSetStatus,
     FinishReason,
     LabeledStep,
+    Solution,
     StepAlternative,
     StepCandidateSet,
     StepRating,
@@ -42,6 +47,10 @@ from labeling.progress import Progress, chosen_completions, progress_compute
 from labeling.queue import lease_expiry
 
 MAX_VERSION = 2_000_000_000  # StepRating.version is a PositiveIntegerField.
+
+
+class AssignmentNotFound(Exception):
+    """No such assignment, or it is someone else's: the caller answers as for a missing one."""
 
 
 class AssignmentClosed(Exception):
@@ -87,20 +96,120 @@ class Rated:
 
 
 def _lock(assignment: Assignment) -> Assignment:
-    # Lock order is task, then assignment, as in labeling.queue: a hand-over
-    # of this task to someone else (which may mark this assignment EXPIRED)
-    # and this write wait for each other instead of deadlocking or racing.
-    Task.objects.select_for_update().filter(pk=assignment.task_id).values_list("pk").first()
-    # Every write to one assignment is serialised by this row lock, which is
-    # what makes the version check and the get-or-create below race-free.
-    locked = Assignment.objects.select_for_update(of=("self",)).select_related("task__solution").get(pk=assignment.pk)
-    if locked.status != AssignmentStatus.IN_PROGRESS:
+    """The assignment, locked for writing, with its task and the solution's steps; AssignmentClosed if read-only."""
+    return _lock_owned(assignment_id=assignment.pk, user_id=None, now=timezone.now(), task_lock=True)
+
+
+class _LeaseNearExpiry(Exception):
+    """The fast rating lock found a lease close to running out: take the task lock as well."""
+
+
+_M = TypeVar("_M", bound=models.Model)
+
+
+def _partial(model: type[_M], values: dict[str, Any]) -> _M:
+    # A model instance from some of its columns (the others deferred), as the
+    # ORM builds one from a query, so that save(update_fields=...) works on it.
+    names = [f.attname for f in model._meta.concrete_fields if f.attname in values]
+    return model.from_db(connection.alias, names, [values[n] for n in names])
+
+
+# Everything a rating reads about its assignment, in one statement that also
+# checks ownership (the labeler's user id, when given) and takes the row lock.
+_RATE_LOCK_SQL = """
+    SELECT a.id, a.task_id, a.labeler_id, a.status, a.started_at, a.last_activity_at, a.lease_expires_at,
+           a.total_time_ms, a.ratings_reset_version, t.solution_id AS t_solution_id,
+           t.generation_id AS t_generation_id, t.kind AS t_kind, t.status AS t_status,
+           t.labelers_needed AS t_labelers_needed, s.problem_id AS s_problem_id, s.steps AS s_steps
+    FROM labeling_assignment a
+    JOIN labeling_task t ON t.id = a.task_id
+    JOIN labeling_solution s ON s.id = t.solution_id
+    WHERE a.id = %s{owner}{lock}
+"""
+
+
+def _lease_margin() -> timedelta:
+    # A lease this far from running out cannot be handed over by a request
+    # that is in flight now (hand-over counts it as live), even with the
+    # clocks of two app servers some seconds apart.
+    return timedelta(seconds=min(60.0, settings.LEASE_SECONDS / 4))
+
+
+def _lock_owned(*, assignment_id: int, user_id: int | None, now: datetime, task_lock: bool) -> Assignment:
+    """The assignment row locked for writing, read with its task and steps in one query.
+
+    ``user_id``: only that labeler's assignment is found (AssignmentNotFound
+    otherwise), so the ownership check costs no query of its own.
+
+    Every write to one assignment is serialised by its row lock, which is what
+    makes the version checks of the rating service race-free. ``task_lock``:
+    lock the task row first, the order labeling.queue uses, so that a
+    hand-over of this task to someone else (which may mark this assignment
+    EXPIRED) and this write wait for each other instead of deadlocking or
+    racing; finishing needs it too (it counts the task's submissions). A
+    rating may go without: while the lease is comfortably alive no hand-over
+    can take the task (labeling.queue counts the assignment as live); closer
+    to expiry this raises _LeaseNearExpiry and the caller starts again with
+    ``task_lock``.
+    """
+    params: list[Any] = [assignment_id]
+    owner = ""
+    if user_id is not None:
+        owner = " AND a.labeler_id = (SELECT id FROM labeling_labeler WHERE user_id = %s)"
+        params.append(user_id)
+    lock = " FOR UPDATE OF a" if connection.features.has_select_for_update_of else ""
+    with connection.cursor() as cursor:
+        if task_lock and connection.features.has_select_for_update:
+            cursor.execute(
+                "SELECT t.id FROM labeling_task t JOIN labeling_assignment a ON a.task_id = t.id"
+                f" WHERE a.id = %s{owner} FOR UPDATE OF t",
+                params,
+            )
+        cursor.execute(_RATE_LOCK_SQL.format(owner=owner, lock=lock), params)
+        row = cursor.fetchone()
+        if row is None:
+            raise AssignmentNotFound(assignment_id)
+        values = dict(zip([c[0] for c in cursor.description], row, strict=True))
+    assignment = _partial(Assignment, {k: v for k, v in values.items() if not k.startswith(("t_", "s_"))})
+    for name in ("started_at", "last_activity_at", "lease_expires_at"):
+        # SQLite hands back naive UTC datetimes to a raw query.
+        value = getattr(assignment, name)
+        if isinstance(value, str):
+            value = datetime.fromisoformat(value)
+        if value is not None and timezone.is_naive(value):
+            value = timezone.make_aware(value, UTC)
+        setattr(assignment, name, value)
+    steps = values["s_steps"]
+    solution = _partial(
+        Solution,
+        {
+            "id": values["t_solution_id"],
+            "problem_id": values["s_problem_id"],
+            "steps": json.loads(steps) if isinstance(steps, str) else steps,
+        },
+    )
+    task = _partial(
+        Task,
+        {
+            "id": assignment.task_id,
+            "generation_id": values["t_generation_id"],
+            "solution_id": solution.pk,
+            "kind": values["t_kind"],
+            "labelers_needed": values["t_labelers_needed"],
+            "status": values["t_status"],
+        },
+    )
+    task.solution = solution
+    assignment.task = task
+    if assignment.status != AssignmentStatus.IN_PROGRESS:
         raise AssignmentClosed(
             "This task was already submitted; it can no longer be changed."
-            if locked.status == AssignmentStatus.SUBMITTED
+            if assignment.status == AssignmentStatus.SUBMITTED
             else "Your lease on this task ran out and it went to another labeler."
         )
-    return locked
+    if not task_lock and (assignment.lease_expires_at is None or assignment.lease_expires_at <= now + _lease_margin()):
+        raise _LeaseNearExpiry
+    return assignment
 
 
 def _account_time(assignment: Assignment, *, now: datetime) -> list[str]:
@@ -113,21 +222,20 @@ def _account_time(assignment: Assignment, *, now: datetime) -> list[str]:
 
 
 def _rows(assignment: Assignment) -> list[_Row]:
-    return [
-        _Row(step_id=s, index=i, chosen=ch, completion=c, rating=r, version=v, flagged=f, text=t)
-        for s, i, ch, c, r, v, f, t in StepRating.objects.filter(step__assignment=assignment)
-        .order_by("step__index", "completion_index")
-        .values_list(
-            "step_id",
-            "step__index",
-            "step__chosen_completion",
-            "completion_index",
-            "rating",
-            "version",
-            "flagged",
-            "text",
+    # Raw SQL: this runs on every click, and compiling the ORM query cost
+    # more than the query itself.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            'SELECT r.step_id, s."index", s.chosen_completion, r.completion_index, r.rating, r.version, r.flagged,'
+            " r.text FROM labeling_steprating r JOIN labeling_labeledstep s ON s.id = r.step_id"
+            ' WHERE s.assignment_id = %s ORDER BY s."index", r.completion_index',
+            [assignment.pk],
         )
-    ]
+        return [
+            _Row(step_id=s, index=i, chosen=ch, completion=c, rating=r, version=v,
+                 flagged=None if f is None else bool(f), text=t)
+            for s, i, ch, c, r, v, f, t in cursor.fetchall()
+        ]  # fmt: skip
 
 
 def _progress(step_count: int, rows: list[_Row]) -> Progress:
@@ -174,77 +282,131 @@ def step_rate_outcome(
     version: int,
     now: datetime | None = None,
 ) -> Rated:
-    """step_rate, telling the caller what changed so that it can answer with just that.
+    """step_rate, telling the caller what changed so that it can answer with just that."""
+    return step_rate_for_user(
+        assignment_id=assignment.pk,
+        user_id=None,
+        step_index=step_index,
+        completion_index=completion_index,
+        rating=rating,
+        flagged=flagged,
+        version=version,
+        now=now,
+    )
+
+
+def step_rate_for_user(
+    *,
+    assignment_id: int,
+    user_id: int | None,
+    step_index: int,
+    completion_index: int,
+    rating: int | None,
+    flagged: bool,
+    version: int,
+    now: datetime | None = None,
+) -> Rated:
+    """step_rate_outcome for the labeler signed in as ``user_id``: AssignmentNotFound when it is not theirs.
 
     Queries, the common case (a step rated in place or the next step rated):
-    two row locks, one read of the assignment's ratings, one upsert (plus the
-    new LabeledStep and the previous step's chosen_completion when a step is
-    added) and one UPDATE of the assignment's time and lease.
+    one locking read of the assignment (ownership, status, lease, steps), one
+    read of its ratings, one upsert (plus the new LabeledStep and the
+    previous step's chosen_completion when a step is added) and one UPDATE of
+    the assignment's time and lease.
     """
     if rating not in (None, -1, 0, 1):
         raise RatingRejected("A rating is -1, 0 or +1.")
     if not 1 <= version <= MAX_VERSION:
         raise RatingRejected("The version must be a positive integer.")
     now = now or timezone.now()
-    with transaction.atomic():
-        locked = _lock(assignment)
-        solution = locked.task.solution
-        steps: list[str] = solution.steps or []
-        rows = _rows(locked)
-        progress = _progress(len(steps), rows)
-        existing = next((r for r in rows if r.index == step_index and r.completion == completion_index), None)
+    request = _RateRequest(step_index, completion_index, rating, flagged, version)
+    try:
+        with transaction.atomic():
+            locked = _lock_owned(assignment_id=assignment_id, user_id=user_id, now=now, task_lock=False)
+            return _rate(locked, request, now=now)
+    except _LeaseNearExpiry:
+        # Nothing was written; again, with the task row locked first.
+        with transaction.atomic():
+            locked = _lock_owned(assignment_id=assignment_id, user_id=user_id, now=now, task_lock=True)
+            return _rate(locked, request, now=now)
 
-        if completion_index == 0:
-            if not progress.can_rate_step(step_index):
-                raise RatingRejected("Rate the earlier steps first: this step is not reached yet.")
-            text = steps[step_index]
-        else:
-            if not (progress.stopped_at_error and step_index == progress.stop_index and existing is not None):
-                raise RatingRejected("Alternatives are rated only at the step rated -1.")
-            text = existing.text
 
-        if (existing is not None and existing.version >= version) or (
-            existing is None and version <= locked.ratings_reset_version  # a click on a rating a newer click deleted
-        ):
-            return Rated(
-                applied=False,
-                reshaped=False,
-                assignment=locked,
-                ratings=_page_order(rows),
-                stop_before=progress.stop_index,
-            )
+@dataclass(frozen=True)
+class _RateRequest:
+    step_index: int
+    completion_index: int
+    rating: int | None
+    flagged: bool
+    version: int
 
-        # The release stores an unflagged original step as null and an
-        # unflagged alternative as false; we write the same.
-        stored_flag: bool | None = True if flagged else (None if completion_index == 0 else False)
-        step_id = next((r.step_id for r in rows if r.index == step_index), None)
-        added_step = step_id is None
-        if step_id is None:
-            # No get_or_create needed: the assignment row lock serialises
-            # writers. Created as the last labeled step: chosen_completion null.
-            step_id = LabeledStep.objects.create(assignment=locked, index=step_index).pk
-        _upsert_rating(
-            step_id=step_id,
-            completion_index=completion_index,
-            text=text,
-            rating=rating,
-            flagged=stored_flag,
-            version=version,
-            now=now,
+
+def _rate(locked: Assignment, request: _RateRequest, *, now: datetime) -> Rated:
+    step_index, completion_index, version = request.step_index, request.completion_index, request.version
+    rating, flagged = request.rating, request.flagged
+    solution = locked.task.solution
+    steps: list[str] = solution.steps or []
+    rows = _rows(locked)
+    progress = _progress(len(steps), rows)
+    existing = next((r for r in rows if r.index == step_index and r.completion == completion_index), None)
+
+    if completion_index == 0:
+        if not progress.can_rate_step(step_index):
+            raise RatingRejected("Rate the earlier steps first: this step is not reached yet.")
+        text = steps[step_index]
+    else:
+        if not (progress.stopped_at_error and step_index == progress.stop_index and existing is not None):
+            raise RatingRejected("Alternatives are rated only at the step rated -1.")
+        text = existing.text
+
+    if (existing is not None and existing.version >= version) or (
+        existing is None and version <= locked.ratings_reset_version  # a click on a rating a newer click deleted
+    ):
+        return Rated(
+            applied=False,
+            reshaped=False,
+            assignment=locked,
+            ratings=_page_order(rows),
+            stop_before=progress.stop_index,
         )
-        after = [r for r in rows if not (r.index == step_index and r.completion == completion_index)]
-        after.append(
-            _Row(step_id, step_index, None if added_step else (existing.chosen if existing else None),
-                 completion_index, rating, version, stored_flag, text)
+
+    # The release stores an unflagged original step as null and an
+    # unflagged alternative as false; we write the same.
+    stored_flag: bool | None = True if flagged else (None if completion_index == 0 else False)
+    step_id = next((r.step_id for r in rows if r.index == step_index), None)
+    added_step = step_id is None
+    if step_id is None:
+        # No get_or_create needed: the assignment row lock serialises
+        # writers. Created as the last labeled step: chosen_completion null.
+        step_id = LabeledStep.objects.create(assignment=locked, index=step_index).pk
+    _upsert_rating(
+        step_id=step_id,
+        completion_index=completion_index,
+        text=text,
+        rating=rating,
+        flagged=stored_flag,
+        version=version,
+        now=now,
+    )
+    after = [r for r in rows if not (r.index == step_index and r.completion == completion_index)]
+    after.append(
+        _Row(step_id, step_index, None if added_step else (existing.chosen if existing else None),
+             completion_index, rating, version, stored_flag, text)
+    )  # fmt: skip
+
+    reshaped = False
+    if completion_index == 0:
+        reshaped = _keep_trajectory_consistent(locked, steps=steps, rows=after, version=version)
+
+    _account_time(locked, now=now)
+    locked.lease_expires_at = lease_expiry(now=now)
+    adapt = connection.ops.adapt_datetimefield_value
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE labeling_assignment SET total_time_ms = %s, last_activity_at = %s, lease_expires_at = %s,"
+            " ratings_reset_version = %s WHERE id = %s",
+            [locked.total_time_ms, adapt(locked.last_activity_at), adapt(locked.lease_expires_at),
+             locked.ratings_reset_version, locked.pk],
         )  # fmt: skip
-
-        reshaped = False
-        if completion_index == 0:
-            reshaped = _keep_trajectory_consistent(locked, steps=steps, rows=after, version=version)
-
-        fields = _account_time(locked, now=now)
-        locked.lease_expires_at = lease_expiry(now=now)
-        locked.save(update_fields=[*fields, "lease_expires_at", "ratings_reset_version"])
     return Rated(
         applied=True,
         reshaped=reshaped,
@@ -273,7 +435,7 @@ def _upsert_rating(
             " ON CONFLICT (step_id, completion_index) DO UPDATE SET rating = EXCLUDED.rating,"
             " flagged = EXCLUDED.flagged, version = EXCLUDED.version, updated_at = EXCLUDED.updated_at"
             f" WHERE {table}.version < EXCLUDED.version",
-            [step_id, completion_index, text, rating, flagged, version, now],
+            [step_id, completion_index, text, rating, flagged, version, connection.ops.adapt_datetimefield_value(now)],
         )
 
 
@@ -352,60 +514,80 @@ def alternatives_generated_attach(*, assignment: Assignment) -> bool:
         return False  # the common case costs one indexed query and no lock
     with transaction.atomic():
         locked = _lock(assignment)
-        steps: list[str] = locked.task.solution.steps or []
-        rows = _rows(locked)
-        own = {r.index: r.rating for r in rows if r.completion == 0}
-        progress = progress_compute(step_count=len(steps), own_ratings=own, alternative_ratings={})
-        stop = progress.stop_index
-        if not progress.stopped_at_error or any(r.completion > 0 and r.index == stop for r in rows):
-            return False
-        candidates = StepCandidateSet.objects.filter(assignment=locked, step_index=stop).first()
-        if candidates is None:
-            return False
-        if candidates.status == CandidateSetStatus.PENDING:
-            return True
-        if candidates.status != CandidateSetStatus.READY:
-            return False
-        solution_id = locked.task.solution_id
-        texts = [t for t in candidates.texts if isinstance(t, str) and t.strip() and t != steps[stop]]
-        model = str((candidates.sampling or {}).get("model", ""))[:200]
-        # Stored on the solution, so later labelers who stop at the same step
-        # rate the same alternatives; another labeler may have stored some
-        # first, and then those are used.
-        StepAlternative.objects.bulk_create(
-            [
-                StepAlternative(solution_id=solution_id, step_index=stop, ordinal=i, text=t, source_model=model)
-                for i, t in enumerate(texts, start=1)
-            ],
-            ignore_conflicts=True,
-        )
-        step_id = next(r.step_id for r in rows if r.index == stop)
-        StepRating.objects.bulk_create(
-            StepRating(step_id=step_id, completion_index=a.ordinal, text=a.text, rating=None, flagged=False)
-            for a in StepAlternative.objects.filter(solution_id=solution_id, step_index=stop).order_by("ordinal")
-        )
-    return False
+        return _attach_generated(locked, locked.task.solution.steps or [], _rows(locked)) == _Attach.PENDING
+
+
+class _Attach:
+    NOTHING, PENDING, ATTACHED = "nothing", "pending", "attached"
+
+
+def _attach_generated(locked: Assignment, steps: list[str], rows: list[_Row]) -> str:
+    """alternatives_generated_attach under the caller's lock, on the rows it read."""
+    if settings.STEPGEN_BACKEND == "none":
+        return _Attach.NOTHING
+    own = {r.index: r.rating for r in rows if r.completion == 0}
+    progress = progress_compute(step_count=len(steps), own_ratings=own, alternative_ratings={})
+    stop = progress.stop_index
+    if not progress.stopped_at_error or any(r.completion > 0 and r.index == stop for r in rows):
+        return _Attach.NOTHING
+    candidates = StepCandidateSet.objects.filter(assignment=locked, step_index=stop).first()
+    if candidates is None:
+        return _Attach.NOTHING
+    if candidates.status == CandidateSetStatus.PENDING:
+        return _Attach.PENDING
+    if candidates.status != CandidateSetStatus.READY:
+        return _Attach.NOTHING
+    solution_id = locked.task.solution_id
+    texts = [t for t in candidates.texts if isinstance(t, str) and t.strip() and t != steps[stop]]
+    model = str((candidates.sampling or {}).get("model", ""))[:200]
+    # Stored on the solution, so later labelers who stop at the same step
+    # rate the same alternatives; another labeler may have stored some
+    # first, and then those are used.
+    StepAlternative.objects.bulk_create(
+        [
+            StepAlternative(solution_id=solution_id, step_index=stop, ordinal=i, text=t, source_model=model)
+            for i, t in enumerate(texts, start=1)
+        ],
+        ignore_conflicts=True,
+    )
+    step_id = next(r.step_id for r in rows if r.index == stop)
+    StepRating.objects.bulk_create(
+        StepRating(step_id=step_id, completion_index=a.ordinal, text=a.text, rating=None, flagged=False)
+        for a in StepAlternative.objects.filter(solution_id=solution_id, step_index=stop).order_by("ordinal")
+    )
+    return _Attach.ATTACHED
 
 
 def assignment_submit(*, assignment: Assignment, now: datetime | None = None) -> FinishReason:
     """Finish with the reason the ratings call for (found_error or solution)."""
+    return assignment_submit_for_user(assignment_id=assignment.pk, user_id=None, now=now)
+
+
+def assignment_submit_for_user(*, assignment_id: int, user_id: int | None, now: datetime | None = None) -> FinishReason:
+    """assignment_submit for the labeler signed in as ``user_id``: AssignmentNotFound when it is not theirs."""
     now = now or timezone.now()
-    if alternatives_generated_attach(assignment=assignment):
-        raise NotFinished("Other candidates for this step are still being generated; submit again in a moment.")
     with transaction.atomic():
-        locked = _lock(assignment)
-        if locked.task.solution.steps is None:
+        locked = _lock_owned(assignment_id=assignment_id, user_id=user_id, now=now, task_lock=True)
+        steps = locked.task.solution.steps
+        if steps is None:
             # Phase 1 ends when the solution reaches a final answer (labeling.phase_one).
             raise NotFinished("Continue until the solution reaches its final answer, or give up.")
-        progress = _progress(len(locked.task.solution.steps or []), _rows(locked))
-        reason = progress.ready_reason
-        if reason is None:
-            raise NotFinished(
-                "Rate every alternative of the step you marked -1 first."
-                if progress.stopped_at_error
-                else "Rate every step first, or stop at the first step you rate -1."
-            )
-        _finish(locked, reason=reason, text="", now=now)
+        rows = _rows(locked)
+        # Alternatives generated for the error step are attached here and
+        # committed, then the labeler rates them before finishing.
+        attach = _attach_generated(locked, steps, rows)
+        progress = _progress(len(steps), rows)
+        reason = progress.ready_reason if attach == _Attach.NOTHING else None
+        if reason is not None:
+            _finish(locked, reason=reason, text="", now=now, rows=rows)
+    if attach == _Attach.PENDING:
+        raise NotFinished("Other candidates for this step are still being generated; submit again in a moment.")
+    if reason is None:
+        raise NotFinished(
+            "Rate every alternative of the step you marked -1 first."
+            if progress.stopped_at_error
+            else "Rate every step first, or stop at the first step you rate -1."
+        )
     return reason
 
 
@@ -424,20 +606,34 @@ def assignment_abandon(
         _finish(locked, reason=finish_reason, text=text, now=now)
 
 
-def _finish(assignment: Assignment, *, reason: FinishReason, text: str, now: datetime) -> None:
+def _finish(
+    assignment: Assignment, *, reason: FinishReason, text: str, now: datetime, rows: list[_Row] | None = None
+) -> None:
+    """Submit under the caller's locks (task, then assignment). ``rows``: the phase-2 ratings just read, if any."""
     fields = _account_time(assignment, now=now)
     assignment.status = AssignmentStatus.SUBMITTED
     assignment.submitted_at = now
     assignment.finish_reason = reason
     assignment.finish_reason_text = text
     # Read-only from here on, so the export can use a frozen copy of the label.
-    assignment.label_steps_json = label_steps_freeze(assignment_id=assignment.pk)
+    assignment.label_steps_json = (
+        label_steps_freeze(assignment_id=assignment.pk) if rows is None else _label_steps_json(rows)
+    )
     assignment.save(
         update_fields=[*fields, "status", "submitted_at", "finish_reason", "finish_reason_text", "label_steps_json"]
     )
-    task = assignment.task
-    # The task row is locked (_lock), so two labelers finishing the same
+    # The task row is locked, so two labelers finishing the same
     # multi-labeler task count each other's submissions correctly.
-    submitted = Assignment.objects.filter(task=task, status=AssignmentStatus.SUBMITTED).count()
-    if submitted >= task.labelers_needed and task.status == TaskStatus.OPEN:
-        Task.objects.filter(pk=task.pk).update(status=TaskStatus.DONE)
+    submitted = Assignment.objects.filter(task_id=OuterRef("pk"), status=AssignmentStatus.SUBMITTED)
+    Task.objects.filter(pk=assignment.task_id, status=TaskStatus.OPEN).alias(
+        submitted=Subquery(submitted.order_by().values("task_id").annotate(n=Count("pk")).values("n"))
+    ).filter(submitted__gte=F("labelers_needed")).update(status=TaskStatus.DONE)
+
+
+def _label_steps_json(rows: list[_Row]) -> str:
+    """label_steps_freeze from the rows in hand: the same JSON (phase 2 never writes human_completion)."""
+    steps: dict[int, dict[str, Any]] = {}
+    for r in sorted(rows, key=lambda r: (r.index, r.completion)):
+        step = steps.setdefault(r.index, {"completions": [], "human_completion": None, "chosen_completion": r.chosen})
+        step["completions"].append({"text": r.text, "rating": r.rating, "flagged": r.flagged})
+    return orjson.dumps(list(steps.values())).decode()

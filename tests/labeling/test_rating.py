@@ -7,15 +7,19 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from labeling.exports import label_steps_freeze
 from labeling.models import Assignment, AssignmentStatus, FinishReason, LabeledStep, StepRating, TaskStatus
 from labeling.queue import assignment_next
 from labeling.rating import (
     AssignmentClosed,
+    AssignmentNotFound,
     NotFinished,
     RatingRejected,
     assignment_abandon,
     assignment_submit,
+    assignment_submit_for_user,
     step_rate,
+    step_rate_for_user,
 )
 from tests.labeling.workflow_factories import STEPS, make_generation, make_labeler, make_task
 
@@ -281,3 +285,59 @@ def test_it_stores_one_rating_in_a_bounded_number_of_queries(t0, django_assert_m
         click(1, 1)
     with django_assert_max_num_queries(9):
         click(1, 0)
+
+
+def test_the_label_frozen_at_submit_is_exactly_the_one_rebuilt_from_the_rows(t0):
+    a = _start(t0, alternatives={2: ["Alternative A", "Alternative B"]})
+    click = Clicks(a, t0)
+    click(0, 1, flagged=True)
+    click(1, 0)
+    click(2, -1)
+    click(2, 1, completion=1)
+    click(2, 0, completion=2, flagged=True)
+    assignment_submit(assignment=a, now=click.now)
+    a.refresh_from_db()
+    # Byte for byte: the export writes the frozen copy as it is.
+    assert a.label_steps_json == label_steps_freeze(assignment_id=a.pk)
+    assert '"chosen_completion":null' in a.label_steps_json
+
+
+def test_another_labelers_assignment_is_not_found_and_nothing_changes(t0):
+    a = _start(t0)
+    other = make_labeler()
+    with pytest.raises(AssignmentNotFound):
+        step_rate_for_user(
+            assignment_id=a.pk, user_id=other.user_id, step_index=0, completion_index=0, rating=1, flagged=False,
+            version=1, now=t0,
+        )  # fmt: skip
+    with pytest.raises(AssignmentNotFound):
+        assignment_submit_for_user(assignment_id=a.pk, user_id=other.user_id, now=t0)
+    assert not StepRating.objects.exists()
+    a.refresh_from_db()
+    assert (a.status, a.total_time_ms, a.lease_expires_at) == (AssignmentStatus.IN_PROGRESS, 0, a.lease_expires_at)
+    # The owner's own id works.
+    outcome = step_rate_for_user(
+        assignment_id=a.pk, user_id=a.labeler.user_id, step_index=0, completion_index=0, rating=1, flagged=False,
+        version=1, now=t0,
+    )  # fmt: skip
+    assert outcome.applied
+
+
+def test_a_rating_just_before_the_lease_runs_out_counts_and_renews_it(t0, settings):
+    a = _start(t0)
+    assert a.lease_expires_at is not None
+    almost = a.lease_expires_at - timedelta(seconds=1)
+    assert step_rate(assignment=a, step_index=0, completion_index=0, rating=1, flagged=False, version=1, now=almost)
+    a.refresh_from_db()
+    assert a.lease_expires_at == almost + timedelta(seconds=settings.LEASE_SECONDS)
+
+
+def test_a_lease_handed_to_someone_else_takes_no_more_ratings(t0, settings):
+    a = _start(t0)
+    Clicks(a, t0)(0, 1)
+    later = t0 + timedelta(seconds=settings.LEASE_SECONDS + 5)
+    # The task is open again, so the next labeler gets it and a is expired.
+    assert assignment_next(labeler=make_labeler(), now=later).task_id == a.task_id
+    with pytest.raises(AssignmentClosed, match="went to another labeler"):
+        step_rate(assignment=a, step_index=1, completion_index=0, rating=1, flagged=False, version=2, now=later)
+    assert StepRating.objects.count() == 1

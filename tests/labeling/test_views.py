@@ -186,13 +186,14 @@ def test_it_ignores_a_stale_rating_and_answers_with_what_is_stored():
 def test_it_rates_in_a_fixed_number_of_queries(django_assert_num_queries):
     client, a = _started()
     _rate(client, a, 0, 1, 1, **HX)
-    # session, user, assignment; BEGIN, task lock, assignment lock (+solution),
-    # ratings, new LabeledStep, upsert, previous step's chosen_completion,
-    # assignment time and lease, COMMIT. The answer itself needs none.
-    with django_assert_num_queries(12):
+    # session, user; BEGIN, the assignment locked with its task and steps (and
+    # the owner checked), ratings, new LabeledStep, upsert, previous step's
+    # chosen_completion, assignment time and lease, COMMIT. The answer itself
+    # needs none.
+    with django_assert_num_queries(10):
         _rate(client, a, 1, 1, 2, **HX)
     # Re-rating a stored step: no LabeledStep to create, no chosen_completion to move.
-    with django_assert_num_queries(10):
+    with django_assert_num_queries(8):
         _rate(client, a, 1, 0, 3, **HX)
 
 
@@ -204,6 +205,22 @@ def test_it_hands_out_the_next_task_in_a_bounded_number_of_queries(django_assert
     # assignment. A bound, not an exact count: the queue's QC rules are growing.
     with django_assert_max_num_queries(14):
         assert client.post(reverse("next-task")).status_code == 302
+
+
+def test_it_submits_and_hands_out_the_next_task_in_a_bounded_number_of_queries(django_assert_max_num_queries):
+    client, a = _started()
+    make_task(generation=a.task.generation)
+    _rate(client, a, 0, -1, 1, **HX)
+    # session, user; the submit (the assignment locked with its task and the
+    # owner checked, ratings, the frozen label written, the task closed); the
+    # hand-out (labeler, its lock, current lease, QC history, generations,
+    # candidate with its solution and problem, its live count, the lease);
+    # the new task's ratings. A bound: the queue's QC rules are growing.
+    with django_assert_max_num_queries(21):
+        response = client.post(reverse("submit", args=[a.pk]), **HX)
+    assert response.status_code == 200
+    following = Assignment.objects.get(labeler=a.labeler, status=AssignmentStatus.IN_PROGRESS)
+    assert f'data-assignment="{following.pk}"' in response.content.decode()
 
 
 def test_it_redirects_a_plain_form_post_back_to_the_task():
