@@ -37,7 +37,13 @@ from labeling.queue import lease_expiry
 
 # The lock, time accounting and finish of phase 2 are the same for phase 1: one
 # assignment row lock serialises every write, and a finish freezes the label.
-from labeling.rating import MAX_VERSION, RatingRejected, _account_time, _finish, _lock
+from labeling.rating import (
+    MAX_VERSION,
+    RatingRejected,
+    assignment_finish,
+    assignment_lock,
+    assignment_time_add,
+)
 
 # Not for secrets: picks which positive candidate the solution continues with.
 _RNG = random.Random()
@@ -215,7 +221,7 @@ def _open_step(
         texts = stored.texts
     elif not allow_without_candidates:
         raise RatingRejected("The candidates for this step are not ready yet.")
-    # No get_or_create needed: the assignment row lock (_lock) serialises writers.
+    # No get_or_create needed: the assignment row lock (assignment_lock) serialises writers.
     step = LabeledStep.objects.create(assignment=assignment, index=step_index)
     rows = StepRating.objects.bulk_create(
         StepRating(step=step, completion_index=i, text=text, rating=None, flagged=None) for i, text in enumerate(texts)
@@ -244,7 +250,7 @@ def phase_one_rate(
     _check_version(version)
     now = now or timezone.now()
     with transaction.atomic():
-        locked = _lock(assignment)
+        locked = assignment_lock(assignment)
         if not is_phase_one(locked):
             raise RatingRejected("This is not a phase-1 task.")
         current = _current_index(_rows(locked))
@@ -261,7 +267,7 @@ def phase_one_rate(
                 rating=rating, flagged=flagged, version=version, updated_at=now
             )
         )
-        fields = _account_time(locked, now=now)
+        fields = assignment_time_add(locked, now=now)
         locked.lease_expires_at = lease_expiry(now=now)
         locked.save(update_fields=[*fields, "lease_expires_at"])
     return applied
@@ -298,7 +304,7 @@ def phase_one_continue(
     rng = rng or _RNG
     human = human_text.strip() or None
     with transaction.atomic():
-        locked = _lock(assignment)
+        locked = assignment_lock(assignment)
         if not is_phase_one(locked):
             raise RatingRejected("This is not a phase-1 task.")
         steps = _rows(locked)
@@ -339,9 +345,9 @@ def phase_one_continue(
         assert text is not None
         if is_answer_step(text):
             locked.save(update_fields=["ratings_reset_version"])
-            _finish(locked, reason=FinishReason.SOLUTION, text="", now=now)
+            assignment_finish(locked, reason=FinishReason.SOLUTION, text="", now=now)
             return Continued(applied=True, finished=FinishReason.SOLUTION, chosen=chosen)
-        fields = _account_time(locked, now=now)
+        fields = assignment_time_add(locked, now=now)
         locked.lease_expires_at = lease_expiry(now=now)
         locked.save(update_fields=[*fields, "lease_expires_at", "ratings_reset_version"])
         candidates_prefetch(assignment_id=locked.pk, step_index=step_index + 1)
@@ -351,7 +357,7 @@ def phase_one_continue(
 def phase_one_retry(*, assignment: Assignment, step_index: int) -> bool:
     """Ask again for the current step's candidates after a failure; True if a task was queued."""
     with transaction.atomic():
-        locked = _lock(assignment)
+        locked = assignment_lock(assignment)
         if step_index != _current_index(_rows(locked)):
             raise RatingRejected("This step is already decided.")
         stored = candidates_get(assignment_id=locked.pk, step_index=step_index)

@@ -95,7 +95,7 @@ class Rated:
     stop_before: int
 
 
-def _lock(assignment: Assignment) -> Assignment:
+def assignment_lock(assignment: Assignment) -> Assignment:
     """The assignment, locked for writing, with its task and the solution's steps; AssignmentClosed if read-only."""
     return _lock_owned(assignment_id=assignment.pk, user_id=None, now=timezone.now(), task_lock=True)
 
@@ -212,7 +212,11 @@ def _lock_owned(*, assignment_id: int, user_id: int | None, now: datetime, task_
     return assignment
 
 
-def _account_time(assignment: Assignment, *, now: datetime) -> list[str]:
+def assignment_time_add(assignment: Assignment, *, now: datetime) -> list[str]:
+    """Add the gap since the last event to the time on task (a gap over IDLE_GAP_SECONDS adds nothing).
+
+    For a service holding the assignment lock; returns the fields to save.
+    """
     last = assignment.last_activity_at or assignment.started_at or now
     gap_ms = int((now - last).total_seconds() * 1000)
     if 0 < gap_ms <= settings.IDLE_GAP_SECONDS * 1000:
@@ -397,7 +401,7 @@ def _rate(locked: Assignment, request: _RateRequest, *, now: datetime) -> Rated:
     if completion_index == 0:
         reshaped = _keep_trajectory_consistent(locked, steps=steps, rows=after, version=version)
 
-    _account_time(locked, now=now)
+    assignment_time_add(locked, now=now)
     locked.lease_expires_at = lease_expiry(now=now)
     adapt = connection.ops.adapt_datetimefield_value
     with connection.cursor() as cursor:
@@ -513,7 +517,7 @@ def alternatives_generated_attach(*, assignment: Assignment) -> bool:
     if not StepCandidateSet.objects.filter(assignment=assignment).exists():
         return False  # the common case costs one indexed query and no lock
     with transaction.atomic():
-        locked = _lock(assignment)
+        locked = assignment_lock(assignment)
         return _attach_generated(locked, locked.task.solution.steps or [], _rows(locked)) == _Attach.PENDING
 
 
@@ -579,7 +583,7 @@ def assignment_submit_for_user(*, assignment_id: int, user_id: int | None, now: 
         progress = _progress(len(steps), rows)
         reason = progress.ready_reason if attach == _Attach.NOTHING else None
         if reason is not None:
-            _finish(locked, reason=reason, text="", now=now, rows=rows)
+            assignment_finish(locked, reason=reason, text="", now=now, rows=rows)
     if attach == _Attach.PENDING:
         raise NotFinished("Other candidates for this step are still being generated; submit again in a moment.")
     if reason is None:
@@ -602,15 +606,15 @@ def assignment_abandon(
         raise RatingRejected("Say briefly why.")
     now = now or timezone.now()
     with transaction.atomic():
-        locked = _lock(assignment)
-        _finish(locked, reason=finish_reason, text=text, now=now)
+        locked = assignment_lock(assignment)
+        assignment_finish(locked, reason=finish_reason, text=text, now=now)
 
 
-def _finish(
+def assignment_finish(
     assignment: Assignment, *, reason: FinishReason, text: str, now: datetime, rows: list[_Row] | None = None
 ) -> None:
     """Submit under the caller's locks (task, then assignment). ``rows``: the phase-2 ratings just read, if any."""
-    fields = _account_time(assignment, now=now)
+    fields = assignment_time_add(assignment, now=now)
     assignment.status = AssignmentStatus.SUBMITTED
     assignment.submitted_at = now
     assignment.finish_reason = reason
