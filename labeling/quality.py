@@ -269,20 +269,28 @@ def labeler_rolling_quality(*, labeler: Labeler) -> AgreementSummary:
     Counting only since the last status change means a reinstated labeler
     starts with a clean window instead of being suspended again at once.
     """
+    return summarise(gold_outcomes(Assignment.objects.filter(pk__in=_rolling_window_ids(labeler=labeler))))
+
+
+def _rolling_window_ids(*, labeler: Labeler) -> list[int]:
     qs = _finished_gold_assignments().filter(labeler=labeler, task__kind=TaskKind.QUALITY_CONTROL)
     if labeler.status_changed_at is not None:
         qs = qs.filter(started_at__gt=labeler.status_changed_at)
     # Served by assignment_labeler_status_idx (labeler, status); a labeler's
     # QC history is small (tens of rows per generation).
-    recent = qs.order_by("-started_at", "-pk")[: settings.QC_WINDOW]
-    return summarise(gold_outcomes(Assignment.objects.filter(pk__in=list(recent.values_list("pk", flat=True)))))
+    return list(qs.order_by("-started_at", "-pk").values_list("pk", flat=True)[: settings.QC_WINDOW])
 
 
 def labeler_quality_enforce(*, labeler: Labeler, now: datetime | None = None) -> bool:
     """Suspend an active labeler whose rolling QC agreement fell below QC_SUSPEND_BELOW; True if suspended."""
     if labeler.status != LabelerStatus.ACTIVE:
         return False
-    quality = labeler_rolling_quality(labeler=labeler)
+    window = _rolling_window_ids(labeler=labeler)
+    if len(window) < settings.QC_MIN_ITEMS:
+        # Too few checked items to judge (the usual case, and it runs on
+        # every hand-out): no need to score them.
+        return False
+    quality = summarise(gold_outcomes(Assignment.objects.filter(pk__in=window)))
     rate = quality.rate
     if quality.items < settings.QC_MIN_ITEMS or rate is None or rate >= settings.QC_SUSPEND_BELOW:
         return False

@@ -28,9 +28,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
-from django.db.models import Count, Exists, F, IntegerField, OuterRef, Q, Subquery, Value
-from django.db.models.functions import Coalesce
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from labeling.labelers import labeler_can_take_work, labeler_needs_screening
@@ -212,9 +211,12 @@ def _next_work(*, labeler: Labeler, now: datetime, rng: random.Random) -> Assign
     if best.lapsed:
         # They lost the lease (it ran out) and someone else now has the task.
         Assignment.objects.filter(
-            task=best.task, status=AssignmentStatus.IN_PROGRESS, lease_expires_at__lte=now
+            task_id=best.task_id, status=AssignmentStatus.IN_PROGRESS, lease_expires_at__lte=now
         ).update(status=AssignmentStatus.EXPIRED)
-    return _lease(task=best.task, labeler=labeler, now=now)
+    # Locked already (the candidate query); the solution and problem come
+    # along because the task screen shows them next.
+    task = Task.objects.select_related("solution__problem").get(pk=best.task_id)
+    return _lease(task=task, labeler=labeler, now=now)
 
 
 def _resume_current(*, labeler: Labeler, now: datetime) -> Assignment | None:
@@ -248,37 +250,59 @@ def _resume_current(*, labeler: Labeler, now: datetime) -> Assignment | None:
 
 @dataclass(frozen=True)
 class _Claim:
-    task: Task
+    task_id: int
+    priority: float
     lapsed: int  # in-progress assignments on the task whose lease ran out
 
     @property
     def order(self) -> tuple[float, int]:
-        return (-self.task.priority, self.task.pk)
+        return (-self.priority, self.task_id)
+
+
+# The best open normal task of a generation that has a free place and that the
+# labeler has not had. Raw SQL: it runs on every hand-out, and building and
+# compiling it through the ORM cost several times what PostgreSQL needs to run
+# it. Served by task_queue_idx (generation, status, -priority, id): an ordered
+# index scan that stops at the first row passing the filters.
+_CANDIDATE_SQL = """
+    SELECT t.id, t.priority, t.labelers_needed FROM labeling_task t
+    WHERE t.generation_id = %s AND t.status = %s AND t.kind = %s{tried}
+      AND (SELECT COUNT(*) FROM labeling_assignment a WHERE a.task_id = t.id
+           AND (a.status = %s OR (a.status = %s AND a.lease_expires_at > %s))) < t.labelers_needed
+      AND NOT EXISTS (SELECT 1 FROM labeling_assignment m WHERE m.task_id = t.id AND m.labeler_id = %s)
+    ORDER BY t.priority DESC, t.id
+    LIMIT 1{lock}
+"""
+
+# The same rule as live_assignment_q, counted for one task.
+_COUNTS_SQL = """
+    SELECT COALESCE(SUM(CASE WHEN status = %s OR (status = %s AND lease_expires_at > %s) THEN 1 ELSE 0 END), 0),
+           COALESCE(SUM(CASE WHEN labeler_id = %s THEN 1 ELSE 0 END), 0),
+           COALESCE(SUM(CASE WHEN status = %s AND lease_expires_at <= %s THEN 1 ELSE 0 END), 0)
+    FROM labeling_assignment WHERE task_id = %s
+"""
+
+
+def _candidate(
+    *, generation_id: int, labeler: Labeler, now: datetime, tried: list[int], skip_locked: bool
+) -> tuple[int, float, int] | None:
+    lock = ""
+    if connection.features.has_select_for_update:
+        lock = " FOR UPDATE OF t SKIP LOCKED" if skip_locked else " FOR UPDATE OF t"
+    excluded = f" AND t.id NOT IN ({', '.join(['%s'] * len(tried))})" if tried else ""
+    at = connection.ops.adapt_datetimefield_value(now)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _CANDIDATE_SQL.format(tried=excluded, lock=lock),
+            [generation_id, TaskStatus.OPEN, TaskKind.NORMAL, *tried, AssignmentStatus.SUBMITTED,
+             AssignmentStatus.IN_PROGRESS, at, labeler.pk],
+        )  # fmt: skip
+        row = cursor.fetchone()
+    return (int(row[0]), float(row[1]), int(row[2])) if row else None
 
 
 def _claim_in_generation(*, generation_id: int, labeler: Labeler, now: datetime) -> _Claim | None:
-    live_count = Coalesce(
-        Subquery(
-            Assignment.objects.filter(live_assignment_q(now=now), task_id=OuterRef("pk"))
-            .order_by()
-            .values("task_id")
-            .annotate(n=Count("pk"))
-            .values("n"),
-            output_field=IntegerField(),
-        ),
-        Value(0),
-    )
-    candidates = (
-        # Screening and QC items are served apart (_next_screening, _next_work).
-        Task.objects.filter(generation_id=generation_id, status=TaskStatus.OPEN, kind=TaskKind.NORMAL)
-        .select_related("solution__problem")
-        .alias(live=live_count)
-        .filter(live__lt=F("labelers_needed"))
-        .exclude(Exists(Assignment.objects.filter(task_id=OuterRef("pk"), labeler=labeler)))
-        # Served by task_queue_idx (generation, status, -priority, id): an
-        # ordered index scan that stops at the first row passing the filters.
-        .order_by("-priority", "pk")
-    )
+    # Screening and QC items are served apart (_next_screening, _next_work).
     tried: list[int] = []
     for _ in range(_CANDIDATES_PER_GENERATION):
         # Two labelers asking at the same moment must not both take a task
@@ -286,34 +310,41 @@ def _claim_in_generation(*, generation_id: int, labeler: Labeler, now: datetime)
         # requests skip rows that are being handed out instead of queueing
         # behind them (SQLite ignores this; its IMMEDIATE transactions already
         # serialise writers).
-        # The solution and problem come along: the task screen shows them next.
-        task = candidates.exclude(pk__in=tried).select_for_update(skip_locked=True, of=("self",)).first()
-        if task is None:
+        found = _candidate(generation_id=generation_id, labeler=labeler, now=now, tried=tried, skip_locked=True)
+        if found is None:
             # Every remaining candidate is locked by a concurrent hand-over.
             # Those commit within milliseconds and may leave places free
             # (labelers_needed > 1), so wait for the best one instead of
             # telling this labeler there is no work; _still_free re-counts.
-            task = candidates.exclude(pk__in=tried).select_for_update(of=("self",)).first()
-            if task is None:
+            found = _candidate(generation_id=generation_id, labeler=labeler, now=now, tried=tried, skip_locked=False)
+            if found is None:
                 return None
-        claim = _still_free(task=task, labeler=labeler, now=now)
+        task_id, priority, labelers_needed = found
+        claim = _still_free(
+            task_id=task_id, priority=priority, labelers_needed=labelers_needed, labeler=labeler, now=now
+        )
         if claim is not None:
             return claim
-        tried.append(task.pk)
+        tried.append(task_id)
     return None
 
 
-def _still_free(*, task: Task, labeler: Labeler, now: datetime) -> _Claim | None:
+def _still_free(
+    *, task_id: int, priority: float, labelers_needed: int, labeler: Labeler, now: datetime
+) -> _Claim | None:
     # The candidate query ran on a snapshot taken before we held the lock: a
     # transaction that leased this task and committed between that snapshot
     # and our lock is invisible to it. Under READ COMMITTED this new statement
     # sees every such commit, and anyone leasing the task from now on needs
     # the lock we hold.
-    counts = Assignment.objects.filter(task=task).aggregate(
-        live=Count("pk", filter=live_assignment_q(now=now)),
-        mine=Count("pk", filter=Q(labeler=labeler)),
-        lapsed=Count("pk", filter=Q(status=AssignmentStatus.IN_PROGRESS, lease_expires_at__lte=now)),
-    )
-    if counts["mine"] == 0 and counts["live"] < task.labelers_needed:
-        return _Claim(task=task, lapsed=counts["lapsed"])
+    at = connection.ops.adapt_datetimefield_value(now)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _COUNTS_SQL,
+            [AssignmentStatus.SUBMITTED, AssignmentStatus.IN_PROGRESS, at, labeler.pk, AssignmentStatus.IN_PROGRESS,
+             at, task_id],
+        )  # fmt: skip
+        live, mine, lapsed = cursor.fetchone()
+    if int(mine) == 0 and int(live) < labelers_needed:
+        return _Claim(task_id=task_id, priority=priority, lapsed=int(lapsed))
     return None
