@@ -483,7 +483,7 @@ def main() -> None:
         help="labelers starting per second (as Locust's -r); 0 starts all at once",
     )  # fmt: skip
     parser.add_argument(
-        "--cache-url", default="redis://127.0.0.1:6379/15",
+        "--cache-url", default="redis://127.0.0.1:6379/11",
         help="CACHE_URL of the server (production: Redis; sessions are read from it)",
     )  # fmt: skip
     parser.add_argument("--access-log", action="store_true")
