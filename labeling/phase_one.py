@@ -38,11 +38,11 @@ from labeling.queue import lease_expiry
 # The lock, time accounting and finish of phase 2 are the same for phase 1: one
 # assignment row lock serialises every write, and a finish freezes the label.
 from labeling.rating import (
-    MAX_VERSION,
     RatingRejected,
     assignment_finish,
     assignment_lock,
     assignment_time_add,
+    rating_request_check,
 )
 
 # Not for secrets: picks which positive candidate the solution continues with.
@@ -229,11 +229,6 @@ def _open_step(
     return step.pk, list(rows)
 
 
-def _check_version(version: int) -> None:
-    if not 1 <= version <= MAX_VERSION:
-        raise RatingRejected("The version must be a positive integer.")
-
-
 def phase_one_rate(
     *,
     assignment: Assignment,
@@ -245,9 +240,7 @@ def phase_one_rate(
     now: datetime | None = None,
 ) -> bool:
     """Store one candidate's rating and flag; False when the request was stale or a repeat."""
-    if rating not in (None, -1, 0, 1):
-        raise RatingRejected("A rating is -1, 0 or +1.")
-    _check_version(version)
+    rating_request_check(rating=rating, version=version)
     now = now or timezone.now()
     with transaction.atomic():
         locked = assignment_lock(assignment)
@@ -299,7 +292,7 @@ def phase_one_continue(
     none is rated +1. A final-answer step ends the task as ``solution``; otherwise the
     next step's candidates are prefetched once this transaction commits.
     """
-    _check_version(version)
+    rating_request_check(rating=None, version=version)
     now = now or timezone.now()
     rng = rng or _RNG
     human = human_text.strip() or None

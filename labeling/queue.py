@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from labeling.labelers import labeler_can_take_work, labeler_needs_screening
@@ -60,11 +60,6 @@ class LabelerMayNotWork(Exception):
 
 def lease_expiry(*, now: datetime) -> datetime:
     return now + timedelta(seconds=settings.LEASE_SECONDS)
-
-
-def live_assignment_q(*, now: datetime) -> Q:
-    """Assignments that occupy one of a task's ``labelers_needed`` places."""
-    return Q(status=AssignmentStatus.SUBMITTED) | Q(status=AssignmentStatus.IN_PROGRESS, lease_expires_at__gt=now)
 
 
 def assignment_next(
@@ -274,7 +269,9 @@ _CANDIDATE_SQL = """
     LIMIT 1{lock}
 """
 
-# The same rule as live_assignment_q, counted for one task.
+# Live assignments (submitted, or in progress with a lease that has not run
+# out: they occupy one of the task's labelers_needed places), the caller's own,
+# and lapsed ones, counted for one task. The same live rule as _CANDIDATE_SQL.
 _COUNTS_SQL = """
     SELECT COALESCE(SUM(CASE WHEN status = %s OR (status = %s AND lease_expires_at > %s) THEN 1 ELSE 0 END), 0),
            COALESCE(SUM(CASE WHEN labeler_id = %s THEN 1 ELSE 0 END), 0),

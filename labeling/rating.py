@@ -254,6 +254,14 @@ def assignment_progress(*, assignment: Assignment) -> Progress:
     return _progress(len(steps), _rows(assignment))
 
 
+def rating_request_check(*, rating: int | None, version: int | None = None) -> None:
+    """RatingRejected unless the rating is -1, 0, +1 or none, and the version (when given) is in range."""
+    if rating not in (None, -1, 0, 1):
+        raise RatingRejected("A rating is -1, 0 or +1.")
+    if version is not None and not 1 <= version <= MAX_VERSION:
+        raise RatingRejected("The version must be a positive integer.")
+
+
 def step_rate(
     *,
     assignment: Assignment,
@@ -265,28 +273,6 @@ def step_rate(
     now: datetime | None = None,
 ) -> bool:
     """Store one completion's rating and flag; False when the request was stale or a repeat (nothing changed)."""
-    return step_rate_outcome(
-        assignment=assignment,
-        step_index=step_index,
-        completion_index=completion_index,
-        rating=rating,
-        flagged=flagged,
-        version=version,
-        now=now,
-    ).applied
-
-
-def step_rate_outcome(
-    *,
-    assignment: Assignment,
-    step_index: int,
-    completion_index: int,
-    rating: int | None,
-    flagged: bool,
-    version: int,
-    now: datetime | None = None,
-) -> Rated:
-    """step_rate, telling the caller what changed so that it can answer with just that."""
     return step_rate_for_user(
         assignment_id=assignment.pk,
         user_id=None,
@@ -296,7 +282,7 @@ def step_rate_outcome(
         flagged=flagged,
         version=version,
         now=now,
-    )
+    ).applied
 
 
 def step_rate_for_user(
@@ -310,7 +296,10 @@ def step_rate_for_user(
     version: int,
     now: datetime | None = None,
 ) -> Rated:
-    """step_rate_outcome for the labeler signed in as ``user_id``: AssignmentNotFound when it is not theirs.
+    """step_rate, telling the caller what changed so that it can answer with just that.
+
+    ``user_id``: only that labeler's assignment is found (AssignmentNotFound
+    otherwise); None skips the ownership check (services and tests).
 
     Queries, the common case (a step rated in place or the next step rated):
     one locking read of the assignment (ownership, status, lease, steps), one
@@ -318,10 +307,7 @@ def step_rate_for_user(
     previous step's chosen_completion when a step is added) and one UPDATE of
     the assignment's time and lease.
     """
-    if rating not in (None, -1, 0, 1):
-        raise RatingRejected("A rating is -1, 0 or +1.")
-    if not 1 <= version <= MAX_VERSION:
-        raise RatingRejected("The version must be a positive integer.")
+    rating_request_check(rating=rating, version=version)
     now = now or timezone.now()
     request = _RateRequest(step_index, completion_index, rating, flagged, version)
     try:
