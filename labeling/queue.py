@@ -29,7 +29,8 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Count, Exists, IntegerField, OuterRef, Q, Subquery
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from labeling.labelers import labeler_can_take_work, labeler_needs_screening
@@ -206,12 +207,9 @@ def _next_work(*, labeler: Labeler, now: datetime, rng: random.Random) -> Assign
     if best.lapsed:
         # They lost the lease (it ran out) and someone else now has the task.
         Assignment.objects.filter(
-            task_id=best.task_id, status=AssignmentStatus.IN_PROGRESS, lease_expires_at__lte=now
+            task=best.task, status=AssignmentStatus.IN_PROGRESS, lease_expires_at__lte=now
         ).update(status=AssignmentStatus.EXPIRED)
-    # Locked already (the candidate query); the solution and problem come
-    # along because the task screen shows them next.
-    task = Task.objects.select_related("solution__problem").get(pk=best.task_id)
-    return _lease(task=task, labeler=labeler, now=now)
+    return _lease(task=best.task, labeler=labeler, now=now)
 
 
 def _resume_current(*, labeler: Labeler, now: datetime) -> Assignment | None:
@@ -245,13 +243,13 @@ def _resume_current(*, labeler: Labeler, now: datetime) -> Assignment | None:
 
 @dataclass(frozen=True)
 class _Claim:
-    task_id: int
+    task: Task
     priority: float
     lapsed: int  # in-progress assignments on the task whose lease ran out
 
     @property
     def order(self) -> tuple[float, int]:
-        return (-self.priority, self.task_id)
+        return (-self.priority, self.task.pk)
 
 
 # The best open normal task of a generation that has a free place and that the
@@ -267,16 +265,6 @@ _CANDIDATE_SQL = """
       AND NOT EXISTS (SELECT 1 FROM labeling_assignment m WHERE m.task_id = t.id AND m.labeler_id = %s)
     ORDER BY t.priority DESC, t.id
     LIMIT 1{lock}
-"""
-
-# Live assignments (submitted, or in progress with a lease that has not run
-# out: they occupy one of the task's labelers_needed places), the caller's own,
-# and lapsed ones, counted for one task. The same live rule as _CANDIDATE_SQL.
-_COUNTS_SQL = """
-    SELECT COALESCE(SUM(CASE WHEN status = %s OR (status = %s AND lease_expires_at > %s) THEN 1 ELSE 0 END), 0),
-           COALESCE(SUM(CASE WHEN labeler_id = %s THEN 1 ELSE 0 END), 0),
-           COALESCE(SUM(CASE WHEN status = %s AND lease_expires_at <= %s THEN 1 ELSE 0 END), 0)
-    FROM labeling_assignment WHERE task_id = %s
 """
 
 
@@ -333,15 +321,23 @@ def _still_free(
     # transaction that leased this task and committed between that snapshot
     # and our lock is invisible to it. Under READ COMMITTED this new statement
     # sees every such commit, and anyone leasing the task from now on needs
-    # the lock we hold.
-    at = connection.ops.adapt_datetimefield_value(now)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _COUNTS_SQL,
-            [AssignmentStatus.SUBMITTED, AssignmentStatus.IN_PROGRESS, at, labeler.pk, AssignmentStatus.IN_PROGRESS,
-             at, task_id],
-        )  # fmt: skip
-        live, mine, lapsed = cursor.fetchone()
-    if int(mine) == 0 and int(live) < labelers_needed:
-        return _Claim(task_id=task_id, priority=priority, lapsed=int(lapsed))
+    # the lock we hold. The same statement loads the task with its solution
+    # and problem, which the task screen shows next.
+    def count(condition: Q) -> Coalesce:
+        matching = Assignment.objects.filter(condition, task_id=OuterRef("pk")).order_by().values("task_id")
+        return Coalesce(Subquery(matching.annotate(n=Count("pk")).values("n"), output_field=IntegerField()), 0)
+
+    task = (
+        Task.objects.select_related("solution__problem")
+        .annotate(
+            live=count(
+                Q(status=AssignmentStatus.SUBMITTED) | Q(status=AssignmentStatus.IN_PROGRESS, lease_expires_at__gt=now)
+            ),
+            mine=count(Q(labeler=labeler)),
+            lapsed=count(Q(status=AssignmentStatus.IN_PROGRESS, lease_expires_at__lte=now)),
+        )
+        .get(pk=task_id)
+    )
+    if task.mine == 0 and task.live < labelers_needed:
+        return _Claim(task=task, priority=priority, lapsed=task.lapsed)
     return None
