@@ -75,7 +75,7 @@ def test_it_grades_the_whole_table_in_worker_processes():
         ("First \\boxed{1}, finally \\boxed{\\{1, \\{2\\}\\}}", "\\{1, \\{2\\}\\}"),
         ("x\\boxed{\\frac{\\sqrt{2}}{2}} done", "\\frac{\\sqrt{2}}{2}"),
         ("The area is 12.\n\n# Answer\n\n320,000", "320,000"),
-        ("Step one.\nThe answer is 17.", "17."),
+        ("Step one.\nThe answer is 17.", "17"),
         ("The answer is 9", "9"),
         ("\\boxed 7", "7"),
         ("", None),
