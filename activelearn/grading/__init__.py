@@ -30,7 +30,7 @@ from activelearn.grading.comparison import (
 )
 from activelearn.grading.extraction import extract_final_answer
 from activelearn.grading.normalization import normalize_answer
-from activelearn.grading.workers import grade_many
+from activelearn.grading.workers import GradingPool, grade_many
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -43,6 +43,7 @@ __all__ = [
     "TIMEOUT",
     "GradeResult",
     "Grader",
+    "GradingPool",
     "extract_final_answer",
     "grade_answer",
     "grade_in_process",

@@ -114,8 +114,30 @@ def _interval(value: str) -> str:
     return f"{left}{match.group('low')}, {match.group('high')}{right}"
 
 
+_TUPLE_NAMES = re.compile(r"^\s*\(\s*(?P<names>[a-zA-Z](?:\s*,\s*[a-zA-Z])+)\s*\)\s*=\s*(?P<rest>.+)$")
+
+
+def _tuple_solutions(formula: str) -> list[Solution] | None:
+    """'(x, y) = (2, 1), (1, 2)' -> [((x, 2), (y, 1)), ((x, 1), (y, 2))]; None if not that form."""
+    match = _TUPLE_NAMES.match(formula)
+    if not match:
+        return None
+    names = [name.strip() for name in match.group("names").split(",")]
+    solutions: list[Solution] = []
+    for item in _items(match.group("rest")):
+        inner = re.fullmatch(r"\((.*)\)", item.strip())
+        values = [v.strip() for v in split_top_level(inner.group(1), ",")] if inner else []
+        if len(values) != len(names):
+            return None
+        solutions.append(tuple((name, value) for name, value in zip(names, values, strict=True)))
+    return solutions
+
+
 def solutions_of(formula: str) -> list[Solution]:
     """'x=0, y=2 and x=9, y=11' -> [((x, 0), (y, 2)), ((x, 9), (y, 11))]; 'x=±1' -> two."""
+    tuples = _tuple_solutions(formula)
+    if tuples is not None:
+        return tuples
     solutions: list[list[tuple[str | None, str]]] = []
     last_name: str | None = None
     for item in _items(formula):
@@ -375,6 +397,7 @@ def _same_text(answer: str, reference: str) -> bool:
 # ------------------------------------------------------------------------------ verdict
 
 
+_CONDITION = re.compile(r"\s+(?:for (?:all|any|every|each)|whenever|when)\b.*$", re.IGNORECASE | re.DOTALL)
 _TRAILING_UNIT = re.compile(r"\s*\\(?:text|mbox|mathrm|textrm)\s*\{\s*[a-zA-Z][a-zA-Z .]*\}\s*\.?$")
 
 
@@ -385,7 +408,8 @@ def _value_of(answer: str) -> str | None:
         return answer
     if claims.polarity(answer) is claims.Polarity.NO or claims.hedges(answer):
         return None
-    formulas = _formulas(answer)
+    # The formulas of a condition ("... for any integer n") are not the answer.
+    formulas = _formulas(_CONDITION.sub("", answer))
     return answer_of_formula(formulas[0]) if len(formulas) == 1 else None
 
 

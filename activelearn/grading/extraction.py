@@ -109,7 +109,7 @@ def _answer_phrase(protected: Protected) -> str | None:
 
 def _first_statement(text: str) -> str:
     """The sentence that starts ``text``; a formula on the following line belongs to it."""
-    lines = [line.strip() for line in text.split("\n")]
+    lines = [_clean_line(line)[0] for line in text.split("\n")]
     head = lines[0] if lines else ""
     if not head.strip(" :") and len(lines) > 1:
         following = next((line for line in lines[1:] if line), "")
@@ -289,7 +289,7 @@ def _states_something(statement: str) -> bool:
 
 
 def _strip_connectives(statement: str) -> str:
-    statement = statement.strip().lstrip(",:; ").strip()
+    statement = _LIST_MARK.sub("", statement.strip().lstrip(",:; ")).strip()
     previous = None
     while previous != statement:
         previous = statement
@@ -297,14 +297,16 @@ def _strip_connectives(statement: str) -> str:
     return statement
 
 
+# A condition after a formula that states the answer ("... \\equiv 0 \\pmod{120} for any integer n").
+QUALIFIER = re.compile(r"^(?:for (?:all|any|every|each)|whenever|when|if)\b", re.IGNORECASE)
 # "for all 1000 values of x_n, we have x_n > 4/5": the quantifier is the answer.
 _UNIVERSAL = re.compile(r"^for (?:all|every|each|any)\b", re.IGNORECASE)
 
 
 def _main_clause(statement: str) -> str:
     """The part of a sentence that states its conclusion."""
-    statement = statement.strip()
-    if not _YES_NO.match(statement) and not _UNIVERSAL.match(_strip_connectives(statement)):
+    statement = _strip_connectives(statement.strip())
+    if not _YES_NO.match(statement) and not _UNIVERSAL.match(statement):
         middles = list(_MID_CONCLUSION.finditer(statement))
         if middles and middles[-1].end() < len(statement):
             statement = statement[middles[-1].end() :]
@@ -363,7 +365,7 @@ def _value_after(tokens: list[str], start: int, *, must_reach_end: bool) -> str 
     return run.text
 
 
-def _formula_of(clause: str) -> str | None:
+def _formula_of(clause: str, protected: Protected) -> str | None:
     """The formula a clause states as its answer, or None for a statement in words."""
     if _DENIAL.search(clause):
         return None
@@ -373,11 +375,16 @@ def _formula_of(clause: str) -> str | None:
         value = _value_after(tokens, len(tokens_of(clause[: existential.end()])), must_reach_end=False)
         if value is not None:
             return value
-    # An equation chain that ends the clause: "is T(6) = 76", "... = 216 + 24 = 240 ways".
+    # An equation chain that ends the clause: "is T(6) = 76", "... = 216 + 24 = 240 ways",
+    # "\\( n^5 - 5n^3 + 4n \\equiv 0 \\pmod{120} \\) for any integer n".
     for start in range(len(tokens)):
         run = math_run(tokens, start)
-        if run is not None and run.reaches_end:
-            if _top_level_equals(run.text) or start == 0:
+        if run is None:
+            continue
+        equation = bool(_top_level_equals(protected.restore(run.text, delimiters=False)))
+        qualified = equation and bool(QUALIFIER.match(" ".join(tokens[run.end_token :])))
+        if run.reaches_end or qualified:
+            if equation or start == 0:
                 return run.text
             break
     for copula in reversed(list(_COPULA.finditer(clause))):
@@ -455,9 +462,9 @@ def _reduce(statement: str, protected: Protected, *, concluded: bool = True) -> 
     clause = _cut_justification(full)
     if not clause:
         return None
-    formula = _formula_of(clause)
+    formula = _formula_of(clause, protected)
     if formula is None and clause != full and not _DENIAL.search(clause):
-        formula = _formula_of(full)
+        formula = _formula_of(full, protected)
     if formula is not None:
         value = answer_of_formula(protected.restore(formula, delimiters=False))
         if value:
@@ -470,29 +477,49 @@ def _reduce(statement: str, protected: Protected, *, concluded: bool = True) -> 
 # ------------------------------------------------------------------------------ public
 
 
+_SETTLE_ROUNDS = 3
+
+
 def extract_final_answer(solution_text: str, *, summary: str | None = None) -> str | None:
     """The final answer of a solution (or of a bare answer, which comes back as itself).
 
     ``summary`` is a separate statement of the answer, such as the reply to a
     "summarize your answer" turn; it is read only when the solution itself states
     no answer. None: no answer found.
+
+    The result is settled: extracting again from it gives it back. Stored answers are
+    extracted again when graded, so an answer that read once more says less ("**") or
+    something shorter must not be stored in its first form.
     """
     for text in (solution_text, summary):
         if not text or not text.strip():
             continue
-        text = plain_unicode(text.replace("\r\n", "\n").replace("\r", "\n"))
-        for marker in (_boxed, _answer_trailer):
-            found = marker(text)
-            if found:
-                return found
-        protected = protect(text)
-        phrased = _answer_phrase(protected)
-        if phrased:
-            return phrased
-        concluding = _concluding_statement(protected)
-        if concluding:
-            statement, concluded = concluding
-            reduced = _reduce(statement, protected, concluded=concluded)
-            if reduced:
-                return reduced
+        answer = _extract(text)
+        for _ in range(_SETTLE_ROUNDS):
+            if answer is None:
+                break
+            again = _extract(answer)
+            if again == answer:
+                return answer
+            answer = again
+        # Nothing, or text that keeps shrinking when read again (a degenerate reply).
+    return None
+
+
+def _extract(text: str) -> str | None:
+    text = plain_unicode(text.replace("\r\n", "\n").replace("\r", "\n"))
+    boxed = _boxed(text)
+    if boxed:
+        return answer_of_formula(boxed)
+    trailer = _answer_trailer(text)
+    if trailer:
+        return trailer  # a PRM800K answer, as written
+    protected = protect(text)
+    phrased = _answer_phrase(protected)
+    if phrased:
+        return phrased
+    concluding = _concluding_statement(protected)
+    if concluding:
+        statement, concluded = concluding
+        return _reduce(statement, protected, concluded=concluded)
     return None
