@@ -30,6 +30,8 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from activelearn.answer_grading import NO_REFERENCE
+from activelearn.grading import NO_ANSWER
 from labeling.gold import GoldError, GoldStepSpec, gold_set
 from labeling.labelers import labeler_set_status
 from labeling.models import (
@@ -136,11 +138,38 @@ class HasGoldFilter(admin.SimpleListFilter):
         return queryset
 
 
+class GradeFilter(admin.SimpleListFilter):
+    """Answer grading's outcomes; "no answer found" is not a wrong answer."""
+
+    title = "grade"
+    parameter_name = "grade"
+    _OUTCOMES = {
+        "correct": Q(is_correct=True),
+        "wrong": Q(is_correct=False),
+        "no-answer": Q(is_correct__isnull=True, grading_note=NO_ANSWER),
+        "no-reference": Q(is_correct__isnull=True, grading_note=NO_REFERENCE),
+        "ungraded": Q(is_correct__isnull=True, grading_note=""),
+    }
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [
+            ("correct", "correct"),
+            ("wrong", "wrong"),
+            ("no-answer", NO_ANSWER),
+            ("no-reference", NO_REFERENCE),
+            ("ungraded", "not graded"),
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        outcome = self._OUTCOMES.get(self.value() or "")
+        return queryset.filter(outcome) if outcome is not None else queryset
+
+
 @admin.register(Solution)
 class SolutionAdmin(FastListAdmin):
-    list_display = ["id", "problem", "source_model", "final_answer", "is_correct", "gold_link"]
+    list_display = ["id", "problem", "source_model", "final_answer", "grade", "gold_link"]
     list_select_related = ["problem"]
-    list_filter = ["is_correct", HasGoldFilter]
+    list_filter = [GradeFilter, HasGoldFilter]
     search_fields = ["=problem__unique_id", "=id"]
     raw_id_fields = ["problem"]
     ordering = ["-id"]
@@ -150,6 +179,8 @@ class SolutionAdmin(FastListAdmin):
         "steps_display",
         "final_answer",
         "source_model",
+        "generator",
+        "source_key",
         "is_correct",
         "grading_note",
         "prm_scores",
@@ -164,6 +195,12 @@ class SolutionAdmin(FastListAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # solutions come from imports and the generator
+
+    @admin.display(description="grade", ordering="is_correct")
+    def grade(self, obj: Solution) -> str:
+        if obj.is_correct is not None:
+            return "correct" if obj.is_correct else "wrong"
+        return obj.grading_note or "not graded"
 
     @admin.display(description="problem")
     def problem_text(self, obj: Solution) -> SafeString:
