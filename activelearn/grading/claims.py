@@ -29,7 +29,8 @@ class Polarity(StrEnum):
 
 _HEDGE = re.compile(
     r"\b(?:cannot|can't|can ?not|unable to|impossible to|not possible to|difficult to|hard to|not)\s+"
-    r"(?:\w+ly\s+)?(?:be\s+)?(?:determined?|decided?|conclude|say|know|tell|establish|answer|confirm|prove|verify)\b"
+    r"(?:\w+ly\s+)?(?:be\s+)?(?:determined?|decided?|conclude|say|know|tell|establish|answer|confirm|prove|verify|"
+    r"find|found|compute|calculated?)\b"
     r"|\bnot enough information\b|\binconclusive\b|\bundetermined\b|\bunclear\b|\bmay or may not\b"
     r"|\bit depends\b|\bdepends on\b|\bwithout (?:further|more|additional|a|an)\b[^.]*\b(?:information|analysis|"
     r"computation|calculation|knowledge|testing|checking|tools?)\b|\bit(?:'s| is) (?:possible|likely|unlikely) that\b"

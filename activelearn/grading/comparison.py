@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -476,20 +476,3 @@ def grade_answer(given: str, reference: str, *, timeout_s: float = DEFAULT_TIMEO
     if normalize_answer(answer).lower() == normalize_answer(_reference_answer(reference)).lower():
         return True
     return grade_many([(given, reference)], timeout_s=timeout_s, processes=1)[0].correct
-
-
-def verdict_counts(results: Sequence[GradeResult]) -> dict[str, int]:
-    """correct / wrong / no answer / timeout / error counts of a batch."""
-    counts = {"correct": 0, "wrong": 0, "no answer": 0, "timeout": 0, "error": 0}
-    for result in results:
-        if result.correct:
-            counts["correct"] += 1
-        elif result.reason == NO_ANSWER:
-            counts["no answer"] += 1
-        elif result.reason == TIMEOUT:
-            counts["timeout"] += 1
-        elif result.reason.startswith(ERROR_PREFIX):
-            counts["error"] += 1
-        else:
-            counts["wrong"] += 1
-    return counts

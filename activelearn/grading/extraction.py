@@ -183,14 +183,16 @@ _FILLER = re.compile(
 _FORMULA_IN_HEAD = re.compile(r"\d|\x00|=")
 _CONCLUSION = re.compile(
     r"^(?:and\s+|now\s+|but\s+)?(?:therefore|thus|hence|so|consequently|in conclusion|to conclude|in summary|"
-    r"to summari[sz]e|in short|finally|as a result|overall|we (?:can |may )?conclude|this (?:means|shows|implies)|"
-    r"it follows|by induction|the answer|the final answer|the result)\b",
+    r"however|nevertheless|but|actually|"
+    r"to summari[sz]e|in short|finally|as a result|overall|in total|in all|all in all|altogether|"
+    r"we (?:can |may )?conclude|this (?:means|shows|implies)|it follows|by induction|the answer|the final answer|"
+    r"the result)\b",
     re.IGNORECASE,
 )
 # "..., so the minimum is 5": a conclusion in mid-sentence; what follows it is the statement.
 _MID_CONCLUSION = re.compile(
     r"(?:[,;]\s*|\s+)(?:and\s+)?(?:so\b(?!\s+(?:that|on|far)\b)|therefore\b|thus\b|hence\b|consequently\b)[\s,]*"
-    r"|,\s*(?:we (?:can |may )?(?:conclude|see|know|find|get|have|deduce|obtain)|it follows|then)\b"
+    r"|,\s*(?:we (?:can |may )?(?:conclude|see|know|find|get|have|deduce|obtain)|it follows)\b"
     r"(?:\s+that\b)?[\s,]*",
     re.IGNORECASE,
 )
@@ -217,7 +219,7 @@ def _concluding_statement(protected: Protected) -> tuple[str, bool] | None:
     for statement in reversed(window):
         if _CONCLUSION.match(statement) or _MID_CONCLUSION.search(statement):
             return statement, True
-        if _SUBORDINATE.match(statement) and _CLAUSE_START.search(statement):
+        if _CAUSE.match(statement) and _CLAUSE_START.search(statement):
             return statement, True  # "Since ..., the sequence is increasing."
     return window[-1], False
 
@@ -225,13 +227,18 @@ def _concluding_statement(protected: Protected) -> tuple[str, bool] | None:
 # ------------------------------------------------------------------------- reduction
 
 _CONNECTIVE = re.compile(
-    r"^(?:(?:and|now|but|then|also|finally|overall|therefore|thus|hence|so|consequently|in conclusion|"
+    r"^(?:(?:and|now|but|then|also|finally|overall|therefore|thus|hence|so|consequently|in conclusion|however|"
+    r"nevertheless|actually|"
     r"to conclude|in summary|to summari[sz]e|in short|as a result|by induction|in other words|in fact|indeed|"
+    r"in total|in all|all in all|altogether|"
     r"clearly|accordingly|regardless|in this case|in all cases|in either case)\b[\s,:]*"
     r"|(?:we (?:can |may )?(?:conclude|see|find|get|have|obtain|know|say|deduce|determine)|it follows|"
     r"this (?:means|shows|implies|proves|gives us|gives)|(?:this|which) (?:tells|leaves) us)(?: that)?\b[\s,:]*)+",
     re.IGNORECASE,
 )
+# A leading reason concludes: "Since the sum is not an integer, it's impossible ..."; a
+# leading condition ("If n is even, ...") does not.
+_CAUSE = re.compile(r"^(?:since|because|as|given that)\b", re.IGNORECASE)
 # A leading subordinate clause: "Since the sum is not an integer, it's impossible ...".
 _SUBORDINATE = re.compile(r"^(?:since|because|as|given|if|when|regardless|although|while|after|using)\b", re.IGNORECASE)
 _CLAUSE_START = re.compile(
@@ -362,6 +369,9 @@ def _value_after(tokens: list[str], start: int, *, must_reach_end: bool) -> str 
         return None
     if must_reach_end and not run.reaches_end:
         return None
+    following = tokens[run.end_token].lower() if run.end_token < len(tokens) else ""
+    if following in ("and", "or"):
+        return None  # "are 0 and any positive integer below 100": the formula is only part of it
     return run.text
 
 
@@ -385,7 +395,7 @@ def _formula_of(clause: str, protected: Protected) -> str | None:
         qualified = equation and bool(QUALIFIER.match(" ".join(tokens[run.end_token :])))
         if run.reaches_end or qualified:
             if equation or start == 0:
-                return run.text
+                return _from_first_equation(run.text, protected) if equation else run.text
             break
     for copula in reversed(list(_COPULA.finditer(clause))):
         if _NEGATED_VERB.match(clause[copula.end() :]):
@@ -399,6 +409,16 @@ def _formula_of(clause: str, protected: Protected) -> str | None:
         if value is not None:
             return value
     return None
+
+
+def _from_first_equation(formula: str, protected: Protected) -> str:
+    """'1982, and n mod 1982 = 0' -> 'n mod 1982 = 0': list items before the first
+    equation belong to the prose ("divisible by 1982, and ...")."""
+    items = split_top_level(re.sub(r"\s+(?:and|or)\s+", ", ", formula), ",")
+    for index, item in enumerate(items):
+        if _top_level_equals(protected.restore(item, delimiters=False)):
+            return ", ".join(part.strip() for part in items[index:])
+    return formula
 
 
 def _last_rhs(formula: str) -> str:

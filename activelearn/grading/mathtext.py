@@ -204,8 +204,14 @@ def math_run(tokens: list[str], start: int) -> MathRun | None:
             ):
                 break  # a sentence or clause ends here
             if trailing.startswith(","):
-                # A comma continues a list only when another formula follows.
-                if following is None or not _is_math_token(following, None):
+                # A comma continues a list only when another formula follows, or "and"
+                # and then a formula ("1, 4, and 9").
+                after = tokens[index + 1] if index + 1 < len(tokens) else None
+                joined = following is not None and following.lower() in _JOINERS and after is not None
+                if not (
+                    (following is not None and _is_math_token(following, None))
+                    or (joined and after is not None and _is_math_token(after, None))
+                ):
                     break
                 parts.append(",")
             continue

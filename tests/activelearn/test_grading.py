@@ -191,6 +191,31 @@ HARD_CASES = [
     ("Hence the equation has infinite integer solutions.", "Infinitely many solutions", True),
     ("Therefore, there are 98 values of n for which the inequality holds.", "98 values", True),
     ("The answer is $\\boxed{\\frac{5}{14}}$.", "5/14, or approximately 35.7%", True),
+    # A condition is not a conclusion; a closing "However, ..." corrects what came before.
+    (
+        "In conclusion, $n+2$ can be a factor of $s$ if and only if $n$ is odd. "
+        "If $n$ is even, $n+2$ cannot be a factor of $s$.",
+        "No",
+        False,
+    ),
+    (
+        "In general, if $ad$ is odd, then some root is not an integer. "
+        "However, it is possible for all three roots to be integers.",
+        "No",
+        False,
+    ),
+    (
+        "Therefore, all the values from a_5 to a_100 are integers.\n\nIn total, there are 96 such values.",
+        "100 (i.e., all values)",
+        False,
+    ),
+    (
+        "In conclusion, the possible values of x_12 are 0 and any positive integer less than 100.",
+        "0 is the only possible value",
+        False,
+    ),
+    ("So, the answer depends on whether the sums are finite. If they are, then yes; if not, then no.", "No", False),
+    ("Therefore, the possible values are 1, 4, and 9.", "1, 4 and 9", True),
 ]
 
 
