@@ -173,15 +173,15 @@ def report_annotated(annotated: list[Sample], graders: dict[str, Verdicts]) -> N
     print(f"\nAnnotated: {len(annotated)} solutions, {len(clean)} without a wrong step, {len(flawed)} with one")
     print(
         "| grader | recall, no wrong step | no answer found, no wrong step | graded correct, with a wrong step "
-        "| no answer found, with a wrong step |"
+        "| no answer found, with a wrong step | seconds (540) |"
     )
-    print("|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|")
     for name, v in graders.items():
         print(
             f"| {name} | {_share(sum(v.correct[i] for i in clean), len(clean))} "
             f"| {sum(not v.answered[i] for i in clean)} "
             f"| {_share(sum(v.correct[i] for i in flawed), len(flawed))} "
-            f"| {sum(not v.answered[i] for i in flawed)} |"
+            f"| {sum(not v.answered[i] for i in flawed)} | {v.seconds:.1f} |"
         )
 
 

@@ -16,9 +16,15 @@ Choices, so that a reader of the demo data knows what it is:
   problem of it belongs to MATH's training split.
 - ``Problem.level`` is null: CHAMP does not grade difficulty.
 - A conversation's solution is the model message answered by the final
-  "summarize" prompt; the one-sentence summary itself is not used, because a
-  final answer must follow from the steps the labeler sees (a truncated
-  solution's summary often states an answer its steps never reach).
+  "summarize" prompt, split into steps by the shared splitter
+  (``activelearn.stepgen.splitting``). Its final answer is the one the steps
+  state (``activelearn.grading.extract_final_answer``: a box, "the answer is",
+  the concluding sentence); the one-sentence summary is read only when the
+  steps state none, because a final answer should follow from the steps the
+  labeler sees. Replies cut off by the length limit are not loaded at all.
+- ``Solution.generator`` is ``champ-dataset v0`` and ``Solution.source_key`` the
+  conversation key (``GPT-4|0-Shot``). Rows loaded by earlier versions (last
+  line as the answer, no provenance) are brought up to date on the next run.
 - Solutions are taken per problem in a fixed order: zero-shot for each model,
   then 5-shot, then the hint/concept conditions, and last the two conditions
   that hand the model part of the reference solution (their replies start

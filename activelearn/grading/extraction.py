@@ -39,7 +39,6 @@ from activelearn.grading.mathtext import (
     plain_unicode,
     protect,
     split_top_level,
-    tokens_of,
 )
 
 # ---------------------------------------------------------------------------- markers
@@ -379,10 +378,10 @@ def _formula_of(clause: str, protected: Protected) -> str | None:
     """The formula a clause states as its answer, or None for a statement in words."""
     if _DENIAL.search(clause):
         return None
-    tokens = tokens_of(clause)
+    tokens = clause.split()
     existential = _EXISTENTIAL.search(clause)
     if existential:
-        value = _value_after(tokens, len(tokens_of(clause[: existential.end()])), must_reach_end=False)
+        value = _value_after(tokens, len(clause[: existential.end()].split()), must_reach_end=False)
         if value is not None:
             return value
     # An equation chain that ends the clause: "is T(6) = 76", "... = 216 + 24 = 240 ways",
@@ -400,12 +399,12 @@ def _formula_of(clause: str, protected: Protected) -> str | None:
     for copula in reversed(list(_COPULA.finditer(clause))):
         if _NEGATED_VERB.match(clause[copula.end() :]):
             return None  # "1964 is not a prime number": an answer in words
-        value = _value_after(tokens, len(tokens_of(clause[: copula.end()])), must_reach_end=False)
+        value = _value_after(tokens, len(clause[: copula.end()].split()), must_reach_end=False)
         if value is not None:
             return value
         break
     for verb in reversed(list(_POSSESSIVE.finditer(clause))):
-        value = _value_after(tokens, len(tokens_of(clause[: verb.end()])), must_reach_end=True)
+        value = _value_after(tokens, len(clause[: verb.end()].split()), must_reach_end=True)
         if value is not None:
             return value
     return None

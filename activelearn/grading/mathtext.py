@@ -164,10 +164,6 @@ class MathRun:
     reaches_end: bool  # nothing but a few words of unit follow it
 
 
-def tokens_of(text: str) -> list[str]:
-    return text.split()
-
-
 # Words that may trail a value without changing it: "240 ways", "98 values of n".
 UNIT_TAIL = re.compile(
     r"^(?:(?:distinct|different|such|possible|valid|integer|positive|real|total|ordered|unordered|"
@@ -262,14 +258,15 @@ def _rewrite_calls(text: str) -> str:
             left, right = ("\\lfloor", "\\rfloor") if name == "floor" else ("\\lceil", "\\rceil")
             replacement = f"{left} {inner}{right}"
         else:
-            arguments = _split_top_level(inner, ",")
+            arguments = split_top_level(inner, ",")
             if len(arguments) != 2:
                 return text
             replacement = f"\\binom{{{arguments[0].strip()}}}{{{arguments[1].strip()}}}"
         text = text[: match.start()] + replacement + text[close + 1 :]
 
 
-def _split_top_level(text: str, separator: str) -> list[str]:
+def split_top_level(text: str, separator: str) -> list[str]:
+    """``text`` split at ``separator`` outside brackets and braces."""
     parts: list[str] = []
     depth = 0
     current: list[str] = []
@@ -289,11 +286,6 @@ def _split_top_level(text: str, separator: str) -> list[str]:
         index += 1
     parts.append("".join(current))
     return parts
-
-
-def split_top_level(text: str, separator: str) -> list[str]:
-    """``text`` split at ``separator`` outside brackets and braces."""
-    return _split_top_level(text, separator)
 
 
 _CARET_PAREN = re.compile(r"\^\s*\(")
