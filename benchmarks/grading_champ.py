@@ -260,7 +260,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--draw-to", type=Path, default=Path("champ_verdicts_draw.jsonl"))
     args = parser.parse_args()
-    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    sys.stdout.reconfigure(line_buffering=True)
 
     _setup_django()
     load_started = time.perf_counter()

@@ -165,6 +165,7 @@ def test_a_run_over_rows_an_earlier_version_loaded_updates_their_answer_instead_
     # As earlier versions stored them: the last step as the answer, no provenance.
     old = []
     for solution in Solution.objects.all():
+        assert solution.steps
         solution.final_answer = solution.steps[-1]
         solution.content_sha256 = content_sha256(solution.steps, solution.final_answer)
         solution.generator = solution.source_key = ""
