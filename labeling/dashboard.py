@@ -130,7 +130,15 @@ def checkpoint_metrics(*, limit: int = 20) -> CheckpointMetrics:
     """Numeric top-level entries of ``PRMCheckpoint.metrics`` for the newest runs, oldest first."""
     checkpoints = list(
         PRMCheckpoint.objects.only(
-            "id", "base_model", "status", "metrics", "trained_through_generation", "created_at"
+            "id",
+            "base_model",
+            "status",
+            "metrics",
+            "trained_through_generation",
+            "created_at",
+            "threshold",
+            "aggregation",
+            "evaluation",
         ).order_by("-id")[:limit]
     )[::-1]
     names: list[str] = []

@@ -13,6 +13,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from activelearn.evaluation_summary import checkpoint_evaluation_rows
 from labeling import dashboard as reads
 from labeling import dashboard_charts
 from labeling.exportjobs import export_filters_from_dict, export_job_create, export_job_percent
@@ -68,6 +69,10 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "metrics": metrics,
         "metric_rows": [
             (c, [values[i] for values in metrics.series.values()]) for i, c in enumerate(metrics.checkpoints)
+        ],
+        # Held-out numbers beside their baselines, newest checkpoint first.
+        "evaluation_rows": [
+            (c, row) for c in reversed(metrics.checkpoints) for row in checkpoint_evaluation_rows(checkpoint=c)
         ],
         "generations": reads.generations_recent(),
         "agreement": agreement,

@@ -214,11 +214,17 @@ def freeze_lower_layers(model: ProcessRewardModel, count: int) -> int:
     if count >= total:
         model.backbone.requires_grad_(False)
         return total
-    frozen = count
-    model.backbone.get_input_embeddings().requires_grad_(False)
-    for block in list(blocks)[:frozen]:
-        block.requires_grad_(False)
-    return frozen
+    # Everything below the first trained block is frozen (word, position and type
+    # embeddings); the trained blocks and whatever follows them (a final norm) are not.
+    embeddings = model.backbone.get_input_embeddings()
+    model.backbone.requires_grad_(False)
+    for block in list(blocks)[count:]:
+        block.requires_grad_(True)
+    for child in model.backbone.children():
+        inside = {id(m) for m in child.modules()}
+        if id(blocks) not in inside and id(embeddings) not in inside:
+            child.requires_grad_(True)
+    return count
 
 
 def class_weights(sequences: Sequence[LabeledSequence], classes: int) -> torch.Tensor:
