@@ -197,7 +197,10 @@ class GenerationConfig:
             isinstance(self.wrong_share, int | float) and 0.0 <= self.wrong_share <= 1.0,
             "wrong_share must lie in [0, 1]",
         )
-        need(self.split is None or self.split in {"train", "test", ""}, "split must be train, test or empty")
+        need(
+            self.split is None or self.split in {"train", "validation", "test", ""},
+            "split must be train, validation, test or empty",
+        )
         need(
             self.per_problem_cap is None or (integer(self.per_problem_cap) and self.per_problem_cap >= 1),
             "per_problem_cap must be a positive integer",
