@@ -344,6 +344,7 @@ def _heartbeat_progress(checkpoint_id: int, progress: Progress | None) -> Progre
     def callback(step: int, total: int, loss: float) -> None:
         nonlocal last
         now = time.monotonic()
+        # Step 0: work before the first optimizer step (a head-only run's features).
         if step == 1 or step == total or now - last >= HEARTBEAT_INTERVAL_S:
             last = now
             if not checkpoint_heartbeat(checkpoint_id=checkpoint_id, steps_done=step, steps_total=total):

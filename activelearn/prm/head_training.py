@@ -49,7 +49,11 @@ def backbone_is_frozen(model: ProcessRewardModel) -> bool:
 
 
 def separator_features(
-    model: ProcessRewardModel, sequences: Sequence[LabeledSequence], pad_id: int, device: torch.device
+    model: ProcessRewardModel,
+    sequences: Sequence[LabeledSequence],
+    pad_id: int,
+    device: torch.device,
+    on_batch: Callable[[], None] | None = None,
 ) -> Features:
     """The backbone's last hidden state at every labeled separator, in sequence order."""
     order = sorted(range(len(sequences)), key=lambda i: len(sequences[i].input_ids))
@@ -68,6 +72,8 @@ def separator_features(
                 ).last_hidden_state.float()
                 for row, (index, sequence) in enumerate(zip(members, chunk, strict=True)):
                     per_sequence[index] = hidden[row, list(sequence.label_positions)].cpu()
+                if on_batch is not None:
+                    on_batch()
     finally:
         model.train(was_training)
     if not per_sequence:

@@ -447,8 +447,16 @@ def _train_head_only(
     assert config.num_epochs is not None and config.learning_rate is not None
     device = torch.device("cuda" if torch.cuda.is_available() and not config.cpu else "cpu")
     model.to(device)
-    train_features = separator_features(model, train_sequences, pad_id, device)
-    val_features = separator_features(model, val_sequences, pad_id, device)
+    total = -(-sum(len(s.label_classes) for s in train_sequences) // config.batch_size) * config.num_epochs
+
+    def alive() -> None:
+        # Step 0 while the features are computed: the caller's heartbeat keeps ticking
+        # through what can be the longest stretch of the run.
+        if progress is not None:
+            progress(0, total, math.nan)
+
+    train_features = separator_features(model, train_sequences, pad_id, device, on_batch=alive)
+    val_features = separator_features(model, val_sequences, pad_id, device, on_batch=alive)
     model.to("cpu")
     epochs: list[dict[str, Any]] = []
 

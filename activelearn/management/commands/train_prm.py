@@ -1,3 +1,4 @@
+import math
 import sys
 from argparse import ArgumentParser
 from dataclasses import replace
@@ -65,7 +66,7 @@ class Command(BaseCommand):
         def progress(step: int, total: int, loss: float) -> None:
             bar.total = total
             bar.n = step
-            bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+            bar.set_postfix(loss="features" if math.isnan(loss) else f"{loss:.4f}", refresh=False)
             bar.refresh()
 
         def epoch(report: dict[str, Any]) -> None:
