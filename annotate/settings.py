@@ -240,6 +240,11 @@ LOGIN_ADDRESS_WINDOW_S = envint("LOGIN_ADDRESS_WINDOW_S", 15 * 60, minimum=1)
 LOGIN_FAILURES_PER_ACCOUNT = envint("LOGIN_FAILURES_PER_ACCOUNT", 30, minimum=1)
 LOGIN_ACCOUNT_WINDOW_S = envint("LOGIN_ACCOUNT_WINDOW_S", 3600, minimum=1)
 LOGIN_ACCOUNT_SLOW_S = envint("LOGIN_ACCOUNT_SLOW_S", 120, minimum=1)
+# A browser that signed in to an account before carries a signed device cookie and is
+# judged on its own counter, so slow mode cannot be used to keep the owner out.
+LOGIN_FAILURES_PER_DEVICE = envint("LOGIN_FAILURES_PER_DEVICE", 10, minimum=1)
+LOGIN_DEVICE_WINDOW_S = envint("LOGIN_DEVICE_WINDOW_S", 15 * 60, minimum=1)
+LOGIN_DEVICE_COOKIE_AGE_S = envint("LOGIN_DEVICE_COOKIE_AGE_S", 180 * 24 * 3600, minimum=60)
 
 # The cache holds login and API throttle counters, so every web process must
 # see the same one: a per-process LocMemCache would multiply every limit by the

@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 from rest_framework.throttling import UserRateThrottle
 
 from labeling.auth import THROTTLED_MESSAGE, login_attempt_allowed, login_failure_record
-from tests.conftest import test_database_url
+from tests.conftest import test_database_url as child_database_url
 from tests.labeling.workflow_factories import make_labeler
 
 pytestmark = pytest.mark.django_db
@@ -115,7 +115,7 @@ def test_it_shares_the_counters_between_processes() -> None:
         f"    login_failure_record(username='alice', address='{ATTACKER}')\n"
     )
     env = os.environ | {
-        "DATABASE_URL": test_database_url(),
+        "DATABASE_URL": child_database_url(),
         "SECRET_KEY": settings.SECRET_KEY,
         "DJANGO_SETTINGS_MODULE": "annotate.settings",
     }
@@ -134,3 +134,159 @@ def test_it_throttles_the_api_per_user(monkeypatch: pytest.MonkeyPatch) -> None:
     other = make_labeler(name="bob")
     client.force_authenticate(other.user)
     assert client.post("/api/tasks/next/").status_code != 429  # per user, not global
+
+
+# --- Usernames as authentication sees them --------------------------------------------------------
+
+# Spellings that Django's AuthenticationForm (NFKC) resolves to the account "victim".
+VICTIM_SPELLINGS = [
+    "\uff56ictim",  # full-width v
+    "v\uff49ctim",  # full-width i
+    "\uff56\uff49\uff43\uff54\uff49\uff4d",  # all full-width
+    "VICTIM",
+    " victim ",
+    "v\u2170ctim",  # small roman numeral one (NFKC: "i")
+]
+
+
+@pytest.mark.parametrize("spelling", VICTIM_SPELLINGS)
+def test_it_refuses_a_look_alike_spelling_of_a_locked_account(spelling: str) -> None:
+    make_labeler(name="victim")
+    _fail("victim", settings.LOGIN_FAILURES_PER_ADDRESS)
+    # The look-alike reaches the same account (that is why it must be refused), so the right
+    # password under it is refused like under the plain name, and so is a wrong one.
+    assert _login(spelling, PASSWORD).status_code == 429
+    assert _login(spelling, "wrong").status_code == 429
+
+
+def test_it_shows_that_a_full_width_spelling_signs_in_to_the_same_account() -> None:
+    # The premise of the test above: Django authenticates the look-alike as victim.
+    make_labeler(name="victim")
+    assert _signed_in(_login("\uff56ictim", PASSWORD))
+
+
+def test_it_counts_failures_under_every_spelling_against_one_account() -> None:
+    make_labeler(name="victim")
+    spellings = ["\uff56ictim", "v\uff49ctim", "VICTIM", "victim", "\uff36ICTIM"]
+    for i in range(settings.LOGIN_FAILURES_PER_ADDRESS):
+        assert _login(spellings[i % len(spellings)], "wrong").status_code == 200
+    assert _login("victim", PASSWORD).status_code == 429
+
+
+def test_it_slows_the_account_whatever_spelling_the_guesses_used(settings: Any) -> None:
+    settings.LOGIN_FAILURES_PER_ACCOUNT = 4
+    make_labeler(name="victim")
+    for i, spelling in enumerate(["\uff56ictim", "v\uff49ctim", "Victim", "victim"]):
+        _login(spelling, "wrong", address=f"192.0.2.{i}")
+    assert _login("\uff56ictim", "wrong", address="192.0.2.50").status_code == 200  # the slot's one try
+    assert _login("v\uff49ctim", PASSWORD, address="192.0.2.51").status_code == 429
+
+
+# --- Device cookies: slow mode cannot keep the owner out ------------------------------------------
+
+
+def _owner_browser(address: str = "198.51.100.20") -> Client:
+    """A browser in which the owner has signed in before (so it holds a device cookie), now signed out."""
+    browser = Client(REMOTE_ADDR=address)
+    assert _signed_in(browser.post("/login/", {"username": "victim", "password": PASSWORD}))
+    browser.post("/logout/")
+    return browser
+
+
+def _slow_down(settings: Any) -> None:
+    settings.LOGIN_FAILURES_PER_ACCOUNT = 6
+    for i in range(6):
+        _login("victim", "wrong", address=f"192.0.2.{i}")
+
+
+def test_it_lets_the_owner_in_from_their_own_browser_while_an_attacker_holds_every_slow_slot(settings: Any) -> None:
+    make_labeler(name="victim")
+    browser = _owner_browser()
+    _slow_down(settings)
+    for round_ in range(5):
+        # The attacker spends the slot just before each owner attempt, from a fresh address...
+        _login("victim", "wrong", address=f"203.0.113.{100 + round_}")
+        browser.defaults["REMOTE_ADDR"] = f"198.51.100.{30 + round_}"  # ...and the owner moves too
+        assert _signed_in(browser.post("/login/", {"username": "victim", "password": PASSWORD}))
+        browser.post("/logout/")
+
+
+def test_it_still_slows_a_browser_without_the_owners_cookie(settings: Any) -> None:
+    make_labeler(name="victim")
+    _owner_browser()
+    _slow_down(settings)
+    _login("victim", "wrong", address="203.0.113.100")  # takes the slot
+    assert _login("victim", PASSWORD, address="198.51.100.99").status_code == 429
+
+
+def test_it_judges_a_trusted_browser_on_its_own_counter(settings: Any) -> None:
+    settings.LOGIN_FAILURES_PER_DEVICE = 3
+    make_labeler(name="victim")
+    browser = _owner_browser()
+    for _ in range(3):
+        assert browser.post("/login/", {"username": "victim", "password": "wrong"}).status_code == 200
+    assert browser.post("/login/", {"username": "victim", "password": PASSWORD}).status_code == 429
+    # Its failures were its own: an untrusted browser elsewhere is not slowed or locked by them.
+    assert _signed_in(_login("victim", PASSWORD, address="198.51.100.77"))
+
+
+def test_it_does_not_trust_a_cookie_issued_for_another_account(settings: Any) -> None:
+    make_labeler(name="victim")
+    make_labeler(name="mallory")
+    attacker = Client(REMOTE_ADDR="203.0.113.5")
+    assert _signed_in(attacker.post("/login/", {"username": "mallory", "password": PASSWORD}))
+    attacker.post("/logout/")
+    _slow_down(settings)
+    _login("victim", "wrong", address="203.0.113.6")  # takes the slot
+    # mallory's own device cookie buys nothing against victim's slow mode.
+    assert attacker.post("/login/", {"username": "victim", "password": "guess"}).status_code == 429
+
+
+def test_it_does_not_trust_a_forged_cookie(settings: Any) -> None:
+    from labeling.auth import DEVICE_COOKIE
+
+    make_labeler(name="victim")
+    _slow_down(settings)
+    _login("victim", "wrong", address="203.0.113.6")  # takes the slot
+    forger = Client(REMOTE_ADDR="203.0.113.7")
+    forger.cookies[DEVICE_COOKIE] = "eyJkIjoiMDAwMCIsImEiOltdfQ:forged:signature"
+    assert forger.post("/login/", {"username": "victim", "password": PASSWORD}).status_code == 429
+
+
+def test_it_keeps_each_account_signed_in_from_a_shared_browser_trusted(settings: Any) -> None:
+    make_labeler(name="victim")
+    make_labeler(name="colleague")
+    shared = Client(REMOTE_ADDR="198.51.100.20")
+    for name in ("victim", "colleague"):
+        assert _signed_in(shared.post("/login/", {"username": name, "password": PASSWORD}))
+        shared.post("/logout/")
+    _slow_down(settings)
+    _login("victim", "wrong", address="203.0.113.6")  # takes the slot
+    assert _signed_in(shared.post("/login/", {"username": "victim", "password": PASSWORD}))
+
+
+def test_it_leaves_no_unthrottled_password_check_in_the_url_map() -> None:
+    # Every view that checks a password must be the throttled one: the admin's login and
+    # DRF's token endpoint are the usual side doors.
+    from django.contrib.auth.views import LoginView
+    from django.urls import URLPattern, URLResolver, get_resolver
+    from rest_framework.authtoken.views import ObtainAuthToken
+
+    from labeling.auth import ThrottledLoginView
+
+    def views(patterns: list[Any]) -> list[Any]:
+        found: list[Any] = []
+        for entry in patterns:
+            if isinstance(entry, URLResolver):
+                found += views(entry.url_patterns)
+            elif isinstance(entry, URLPattern):
+                found.append(getattr(entry.callback, "view_class", None) or entry.callback)
+        return found
+
+    checks_passwords = [
+        v
+        for v in views(get_resolver().url_patterns)
+        if isinstance(v, type) and issubclass(v, LoginView | ObtainAuthToken)
+    ]
+    assert checks_passwords == [ThrottledLoginView]
+    assert Client().get("/admin/login/")["Location"].startswith("/login/")
