@@ -96,6 +96,14 @@ def _load_smollm2(dtype: torch.dtype | None) -> LoadedBackbone:
     # GGUF weights are dequantised to this dtype (float32 unless asked otherwise).
     kwargs["dtype"] = dtype if dtype is not None else torch.float32
     model: PreTrainedModel = AutoModel.from_pretrained(directory, **kwargs)
+    # The weights are plain dequantised tensors now; without this the model still counts
+    # as "quantized with gguf" and transformers refuses to save it (a trained PRM must be).
+    setattr(model, "hf_quantizer", None)  # noqa: B010 -- typed as a Module attribute
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    for flag in ("is_quantized", "quantization_method"):
+        if hasattr(model, flag):
+            setattr(model, flag, False if flag == "is_quantized" else None)
     return LoadedBackbone(model=model, tokenizer=tokenizer, base_model_name=BUILTIN_SMOLLM2)
 
 
