@@ -27,6 +27,7 @@ and the wall time of every command with the load average beside it.
     python benchmarks/prm_champ.py --workdir var/prm-champ --write-docs
     python benchmarks/prm_champ.py --backbone builtin:smollm2 --train-option freeze_layers=99
     python benchmarks/prm_champ.py --learning-curve 0.25 0.5 1.0   # labeled solutions vs metric
+    python benchmarks/prm_champ.py --curve-only --learning-curve 0.25 0.5 1.0   # after a full run
 
 The database in ``--workdir`` is deleted and recreated.
 """
@@ -285,11 +286,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--learning-curve", type=float, nargs="*", help="also train on these shares of the training problems"
     )
+    parser.add_argument(
+        "--curve-only", action="store_true", help="only the learning curve, on the database of a full run in --workdir"
+    )
     parser.add_argument("--write-docs", action="store_true", help=f"put the table in {DOC.relative_to(ROOT)}")
     args = parser.parse_args(argv)
     sizes = args.n or [1, 4, 16]
 
     workdir = args.workdir.resolve()
+    if args.curve_only:
+        _django(_env(workdir))
+        started = time.monotonic()
+        lines = _learning_curve(args, args.learning_curve or [0.25, 0.5, 1.0])
+        lines.append(f"\n({time.monotonic() - started:.0f}s, load average {_load()})")
+        print("\n".join(lines))
+        (workdir / "curve.md").write_text("\n".join(lines) + "\n")
+        return 0
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "db.sqlite3").unlink(missing_ok=True)
     env = _env(workdir)
@@ -342,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     assert checkpoint is not None
     curve: list[str] = []
     if args.learning_curve:
-        curve = _learning_curve(env, args, sizes, problems)
+        curve = _learning_curve(args, args.learning_curve)
     lines = [
         f"Backbone `{args.backbone}` ({json.dumps(checkpoint.hyperparameters.get('resolved', {}).get('freeze_layers'))}"
         f" frozen layers, lr {checkpoint.hyperparameters.get('resolved', {}).get('learning_rate')}, "
@@ -375,43 +387,91 @@ def _last_epoch(train_out: str) -> str:
     return epochs[-1] if epochs else "n/a"
 
 
-def _learning_curve(
-    env: dict[str, str], args: argparse.Namespace, sizes: list[int], problems: dict[str, Any]
-) -> list[str]:
-    """Train on growing shares of the training problems (same seed order); validation and test metrics."""
+def _learning_curve(args: argparse.Namespace, shares: list[float]) -> list[str]:
+    """Step AUROC and first-error F1 against the number of labeled training solutions.
+
+    The backbone's features are computed once for the train, validation and test labels
+    (the default recipe trains only the head on them), then a head is fitted on growing
+    shares of the training problems (a fixed seeded order), with the threshold chosen on
+    validation each time, as ``train_prm`` would. Best-of-N is left out: it would need the
+    pool scored again per point.
+    """
     import hashlib
 
-    train_ids = sorted(
-        (uid for uid, row in problems.items() if row["split"] == "train"),
-        key=lambda uid: hashlib.sha256(f"curve:{uid}".encode()).hexdigest(),
+    import torch
+
+    from activelearn.prm.batching import encode_examples
+    from activelearn.prm.data import build_examples, trajectory_with_first_error
+    from activelearn.prm.evaluation import auroc, best_threshold, first_error_metrics
+    from activelearn.prm.head_training import fit_head, separator_features
+    from activelearn.prm.modeling import ProcessRewardModel
+    from activelearn.prm.training import TrainConfig, freeze_lower_layers
+    from activelearn.training_data import TrainingDataFilters, labeled_solutions_list
+
+    config = TrainConfig(output_dir=Path("."), backbone=args.backbone).resolved()
+    assert config.learning_rate is not None and config.num_epochs is not None
+    torch.manual_seed(0)
+    model, tokenizer = ProcessRewardModel.from_backbone(args.backbone, max_length=config.max_length)
+    freeze_lower_layers(model, 10_000)
+    encoder = model.step_encoder(tokenizer)
+    parts = {
+        split: labeled_solutions_list(filters=TrainingDataFilters(splits=(split,)))
+        for split in ("train", "validation", "test")
+    }
+    # CHAMP labels have no alternatives: a solution's feature rows are its trajectory's
+    # steps in order (the chosen path, then the error step), so they split back by length.
+    sequences = {split: encode_examples(encoder, build_examples(items)) for split, items in parts.items()}
+    features = {
+        split: separator_features(model, seqs, encoder.pad_id, torch.device("cpu")) for split, seqs in sequences.items()
+    }
+    order = sorted(
+        {s.problem_id for s in parts["train"]}, key=lambda uid: hashlib.sha256(f"curve:{uid}".encode()).hexdigest()
     )
+
+    def scores(split: str) -> list[float]:
+        with torch.no_grad():
+            return (1.0 - torch.softmax(model.head(features[split].vectors), dim=-1)[:, 0]).tolist()
+
+    def per_solution(split: str, values: list[float]) -> list[list[float]]:
+        lengths = [len(trajectory_with_first_error(item)[0]) for item in parts[split]]
+        out, cursor = [], 0
+        for length in lengths:
+            out.append(values[cursor : cursor + length])
+            cursor += length
+        return out
+
+    firsts = {split: [trajectory_with_first_error(item)[1] for item in items] for split, items in parts.items()}
     lines = [
         "",
-        "Learning curve (metric against labeled training solutions; same validation and test):",
+        "Learning curve of the default recipe (head fitted on growing shares of the training problems; "
+        "threshold chosen on validation each time):",
         "",
-        "| training problems | labeled solutions | val step AUROC | test step AUROC | test first-error F1 "
-        f"| test best-of-{max(sizes)} PRM (chosen) | majority |",
-        "|---|---|---|---|---|---|---|",
+        "| training problems | labeled solutions | labeled steps | val step AUROC | test step AUROC "
+        "| test first-error F1 |",
+        "|---|---|---|---|---|---|",
     ]
-    train_args = [f"--{item.split('=', 1)[0].replace('_', '-')}={item.split('=', 1)[1]}" for item in args.train_option]
-    for share in args.learning_curve:
-        chosen = train_ids[: max(1, round(share * len(train_ids)))]
-        _manage(
-            env, "train_prm", f"--backbone={args.backbone}", "--validation-split=validation", "--no-progress",
-            *[f"--problem={uid}" for uid in chosen], *train_args,
+    for share in shares:
+        chosen = set(order[: max(1, round(share * len(order)))])
+        mask = torch.tensor(
+            [s.problem_id in chosen for s in parts["train"] for _ in range(len(trajectory_with_first_error(s)[0]))]
+        )
+        subset = type(features["train"])(features["train"].vectors[mask], features["train"].classes[mask])
+        counts = torch.bincount(subset.classes, minlength=3).double()
+        weights = torch.where(counts > 0, counts.sum() / ((counts > 0).sum() * counts.clamp_min(1)), 0.0).float()
+        fit_head(
+            model, subset, features["validation"], epochs=config.num_epochs, batch_size=config.batch_size,
+            learning_rate=config.learning_rate, weight_decay=config.weight_decay, class_weights=weights, seed=0,
         )  # fmt: skip
-        _manage(env, "score_solutions", "--split=test", "--no-progress")
-        validation, _ = _evaluate(env, "validation", sizes)
-        test, _ = _evaluate(env, "test", sizes)
-        from activelearn.models import PRMCheckpoint
-
-        latest = PRMCheckpoint.objects.order_by("-id").first()
-        assert latest is not None
-        top = test["best_of_n"].get(str(max(sizes)), {})
+        row = {}
+        for split in ("validation", "test"):
+            values = scores(split)
+            fine = (features[split].classes != 0).tolist()
+            row[split] = auroc(values, fine)
+        threshold, _ = best_threshold(per_solution("validation", scores("validation")), firsts["validation"])
+        test_f1 = first_error_metrics(per_solution("test", scores("test")), firsts["test"], threshold).f1
         lines.append(
-            f"| {len(chosen)} | {latest.metrics.get('train_solutions')} | {_fmt(validation['step_auroc'])} | "
-            f"{_fmt(test['step_auroc'])} | {_fmt((test['first_error'] or {}).get('f1'))} | {_fmt(top.get('prm'))} | "
-            f"{_fmt(top.get('majority'))} |"
+            f"| {len(chosen)} | {sum(s.problem_id in chosen for s in parts['train'])} | {len(subset.classes)} | "
+            f"{row['validation']:.3f} | {row['test']:.3f} | {test_f1:.3f} |"
         )
     return lines
 
