@@ -38,6 +38,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import time
@@ -59,15 +60,23 @@ def _env(workdir: Path) -> dict[str, str]:
     return env
 
 
+CPU_SECONDS: dict[str, float] = {}
+
+
 def _manage(env: dict[str, str], *args: str) -> tuple[str, float]:
     started = time.monotonic()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(
         [sys.executable, str(ROOT / "manage.py"), *args], env=env, cwd=ROOT, capture_output=True, text=True
     )
     elapsed = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # CPU seconds used by the command: on a shared machine a fairer cost than wall time.
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    CPU_SECONDS[args[0]] = CPU_SECONDS.get(args[0], 0.0) + cpu
     if done.returncode:
         raise SystemExit(f"manage.py {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
-    print(f"  {' '.join(args[:3])}: {elapsed:.0f}s (load {_load()})", file=sys.stderr)
+    print(f"  {' '.join(args[:3])}: {elapsed:.0f}s wall, {cpu:.0f} CPU-s (load {_load()})", file=sys.stderr)
     for line in done.stdout.splitlines():
         if line.startswith("epoch ") or line.startswith("checkpoint "):
             print(f"    {line}", file=sys.stderr)
@@ -369,9 +378,10 @@ def main(argv: list[str] | None = None) -> int:
         "",
         *table(results),
         "",
-        f"Wall time on this machine: train_prm {train_s:.0f}s, score_solutions (test pool) {score_s:.0f}s, "
-        f"grading {grade_s:.0f}s, evaluate_prm (test) {evaluate_s:.0f}s; load average at the end {_load()} "
-        f"(2 cores). Last epoch: {_last_epoch(train_out)}",
+        f"Wall time on this machine (2 cores, shared): train_prm {train_s:.0f}s "
+        f"({CPU_SECONDS.get('train_prm', 0):.0f} CPU-s), score_solutions of the test pool {score_s:.0f}s "
+        f"({CPU_SECONDS.get('score_solutions', 0):.0f} CPU-s), grading {grade_s:.0f}s, evaluate_prm of the test "
+        f"split {evaluate_s:.0f}s; load average at the end {_load()}. Last epoch: {_last_epoch(train_out)}",
         *curve,
     ]
     print("\n".join(lines))
