@@ -135,7 +135,7 @@ def checkpoint_evaluate(
     """Compute the metrics, store them under their held-out key (with ``evaluated_at``)
     and return them. The model is loaded once."""
     from activelearn.prm.data import trajectory_with_first_error
-    from activelearn.prm.evaluation import first_error_baselines, first_error_metrics, labeled_step_auroc
+    from activelearn.prm.evaluation import auroc, first_error_baselines, first_error_metrics, labeled_step_auroc
     from activelearn.prm.scoring import score_solutions
 
     if any(n < 1 for n in best_of_n_sizes):
@@ -188,13 +188,29 @@ def checkpoint_evaluate(
                 [len(steps) for steps, _ in trajectories], first_errors, prior
             ).items()
         }
-        try:
-            report = labeled_step_auroc(model, tokenizer, held_out.labeled, neutral="positive", batch_size=batch_size)
-        except ValueError:
-            pass  # all held-out labels of one class: AUROC is undefined, stays null
+        if all(len(step.completions) == 1 for solution in held_out.labeled for step in solution.steps):
+            # No alternatives: the rated completions are exactly the trajectory steps just
+            # scored, so the AUROC needs no second pass over the same sequences.
+            ratings = [
+                step.completions[0].rating
+                for solution, (steps, _) in zip(held_out.labeled, trajectories, strict=True)
+                for step in solution.steps[: len(steps)]
+            ]
+            values = [score for s in scored for score in s.step_scores]
+            fine = [rating != -1 for rating in ratings]  # neutral counts as fine
+            if 0 < sum(fine) < len(fine):
+                result["step_auroc"] = auroc(values, fine)
+                result["step_auroc_labeled_steps"] = len(fine)
         else:
-            result["step_auroc"] = report.auroc
-            result["step_auroc_labeled_steps"] = report.labeled_steps
+            try:
+                report = labeled_step_auroc(
+                    model, tokenizer, held_out.labeled, neutral="positive", batch_size=batch_size
+                )
+            except ValueError:
+                pass  # all held-out labels of one class: AUROC is undefined, stays null
+            else:
+                result["step_auroc"] = report.auroc
+                result["step_auroc_labeled_steps"] = report.labeled_steps
 
     pools, result["pool"] = _pool_candidates(checkpoint, held_out.pool, aggregation)
     for n in best_of_n_sizes:
