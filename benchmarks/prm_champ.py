@@ -289,6 +289,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--validation", type=float, default=0.2)
     parser.add_argument("--test", type=float, default=0.2)
     parser.add_argument("--pool", type=int, default=16, help="unlabeled conversations per test problem")
+    parser.add_argument(
+        "--pool-numeric-only",
+        action="store_true",
+        help="pool only for test problems with a numeric answer (what the lenient grader can grade)",
+    )
     parser.add_argument("--n", type=int, action="append", help="best-of-N sizes (default 1 4 16)")
     parser.add_argument("--grader", choices=["product", "lenient-numeric"], default="product")
     parser.add_argument("--train-option", action="append", default=[], metavar="KEY=VALUE", help="train_prm --KEY")
@@ -335,8 +340,10 @@ def main(argv: list[str] | None = None) -> int:
     labels_file.write_text("".join(json.dumps(r) + "\n" for r in records))
     _manage(env, "import_prm800k", str(labels_file))
     test_problems = {uid for uid, row in problems.items() if row["split"] == "test"}
+    numeric = {uid for uid in test_problems if _number(problems[uid]["answer"]) is not None}
+    pooled = numeric if args.pool_numeric_only else test_problems
     pool_file = workdir / "champ-pool.jsonl"
-    pool_file.write_text("".join(json.dumps(r) + "\n" for r in champ_pool(test_problems, labeled, args.pool)))
+    pool_file.write_text("".join(json.dumps(r) + "\n" for r in champ_pool(pooled, labeled, args.pool)))
     _manage(env, "import_solutions", str(pool_file))
 
     train_args = [f"--{item.split('=', 1)[0].replace('_', '-')}={item.split('=', 1)[1]}" for item in args.train_option]
