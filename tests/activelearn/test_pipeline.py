@@ -334,6 +334,7 @@ def test_a_generation_scores_with_the_aggregation_and_threshold_its_checkpoint_c
     labels()
     pool(problems=2, per_problem=4, wrong_rate=1.0)
     first = drive(generation_start(config=config(k=2)))
+    assert first.run.checkpoint_id is not None
     checkpoint = PRMCheckpoint.objects.get(pk=first.run.checkpoint_id)
     pipeline.generation_close(generation_id=first.pk)
     # Pretend validation chose "last" and a threshold every step passes.

@@ -14,6 +14,7 @@ from activelearn.prm.evaluation import labeled_step_auroc
 from activelearn.prm.modeling import ProcessRewardModel
 from activelearn.prm.recipes import recipe_for
 from activelearn.prm.training import (
+    EpochReport,
     TrainConfig,
     TrainResult,
     class_weights,
@@ -114,7 +115,7 @@ def test_every_epoch_reports_auroc_and_the_majority_baseline_and_validation_pick
 ):
     train = keyword_solutions(96, seed=4)
     validation = _with_whole_solutions(keyword_solutions(24, seed=5))
-    reports = []
+    reports: list[EpochReport] = []
     result = train_prm(train, _config(tmp_path, num_epochs=2), validation=validation, on_epoch=reports.append)
     assert [r.epoch for r in reports] == [1, 2] and reports[-1].step == result.optimizer_steps
     labels = [step.completions[0].rating for s in validation for step in s.steps]
