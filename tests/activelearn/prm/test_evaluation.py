@@ -2,6 +2,7 @@ import math
 
 import pytest
 
+from activelearn.prm.calibration import AGGREGATION_MARGIN, choose_aggregation
 from activelearn.prm.evaluation import (
     Candidate,
     auroc,
@@ -88,3 +89,17 @@ def test_best_of_n_reports_every_strategy_on_the_same_subsets_and_counts_skipped
     assert (result.random_accuracy, result.oracle_accuracy) == (0.5, 1.0)
     nobody = best_of_n([short], n=2)
     assert (nobody.problems, nobody.skipped) == (0, 1) and math.isnan(nobody.prm_accuracy)
+
+
+def test_an_aggregation_replaces_min_only_by_a_margin():
+    # Twenty error-free and twenty erroneous single-step solutions separate perfectly under
+    # every aggregation but one pair: "last" and "min" then tie, and min stays.
+    fine = [(0.6 + i / 100,) for i in range(20)]
+    bad = [(0.2 + i / 100,) for i in range(20)]
+    chosen, table, reason = choose_aggregation([*fine, *bad], [False] * 20 + [True] * 20)
+    assert table["min"] == table["last"] == 1.0 and chosen == "min" and str(AGGREGATION_MARGIN) in reason
+    # A clear winner is taken: only the last step tells the two kinds apart here.
+    clear = [(0.1, 0.9), (0.2, 0.95), (0.9, 0.3), (0.95, 0.2)]
+    chosen, table, reason = choose_aggregation(clear, [False, False, True, True])
+    assert chosen == "last" and table["last"] == 1.0 and "margin" in reason
+    assert choose_aggregation(clear, [True, True, True, True])[0] == "min"  # one kind only: fallback
