@@ -80,7 +80,7 @@ from activelearn.prm.data import LabeledSolution, build_examples  # noqa: E402
 from activelearn.prm.modeling import ProcessRewardModel  # noqa: E402
 from activelearn.prm.scoring import score_solutions  # noqa: E402
 from activelearn.prm.training import TrainConfig, train_prm  # noqa: E402
-from benchmarks.prm_throughput import synthesise  # noqa: E402
+from benchmarks.prm_throughput import matmul_params, synthesise  # noqa: E402
 
 SPEC_PEAK_TFLOPS_H200 = 989.0  # dense bf16, H100/H200 SXM
 BF16_TOLERANCE = 0.02  # max |bf16 - fp32| of a step score or a solution score (probabilities)
@@ -527,12 +527,6 @@ def build_model_directory(ctx: Context, shape: Qwen2Shape, directory: Path) -> d
     }
 
 
-def _matmul_params(model: ProcessRewardModel) -> int:
-    embedding = model.backbone.get_input_embeddings()
-    assert isinstance(embedding, torch.nn.Embedding)
-    return sum(p.numel() for p in model.parameters()) - embedding.weight.numel()
-
-
 def _attention_of(model: ProcessRewardModel) -> str:
     return str(getattr(model.backbone.config, "_attn_implementation", "unknown"))
 
@@ -607,7 +601,7 @@ def bench_scoring(ctx: Context, shape: Qwen2Shape, directory: Path, batch_size: 
     for _ in range(ctx.workload.repeats):  # interleaved, so drift hits both sides alike
         raw_times.append(_timed(ctx, raw))
         pipeline_times.append(_timed(ctx, pipeline))
-    params = _matmul_params(model)
+    params = matmul_params(model)
     flops = model_flops(params, shape, lengths, training=False)
     return {
         "batch_size": batch_size,
@@ -734,7 +728,7 @@ def raw_training(
     return {
         "seconds": seconds,
         "peak_memory_gib": ctx.peak_memory_gib(),
-        "flops": model_flops(_matmul_params(model), shape, timed_lengths, training=True),
+        "flops": model_flops(matmul_params(model), shape, timed_lengths, training=True),
         "timed_lengths": timed_lengths,
         "sequences": len(sequences),
         "padding_fraction": round(1 - sum(timed_lengths) / padded, 4),
