@@ -285,8 +285,8 @@ class Report:
             self.put([*path, "error"], {"error": error, "traceback": traceback.format_exc()[-4000:]})
             self.failed = True
         finally:
-            self.current = None
             _release_memory()
+            self.current = None
         seconds = time.monotonic() - begun
         cpu_seconds = time.process_time() - cpu_begun
         if error is None:

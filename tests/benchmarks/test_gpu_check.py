@@ -144,18 +144,14 @@ def test_a_stage_that_no_longer_fits_the_budget_is_skipped(tmp_path):
     assert written["stages"][0]["status"] == "skipped" and "budget" in written["stages"][0]["note"]
 
 
-def test_the_watchdog_keeps_what_was_measured_when_a_stage_hangs(tmp_path):
-    output = tmp_path / "r.json"
-    code = (
-        "import time; from pathlib import Path; from benchmarks.gpu_check import Report; "
-        f"r = Report(Path({str(output)!r}), budget_s=5, grace_s=0.5); "
-        "r.stage(['environment'], 0, lambda: {'device': 'cpu'}); "
-        "r.stage(['hangs'], 0, lambda: time.sleep(60))"
-    )
-    env = _environment_without_django(tmp_path)
-    env["PYTHONPATH"] += os.pathsep + str(ROOT)
+def test_the_watchdog_writes_what_was_measured_and_exits_when_a_stage_overruns(tmp_path, monkeypatch):
+    exits: list[int] = []
+    # Process exit is the edge: recorded here instead of ending the test run.
+    monkeypatch.setattr(os, "_exit", exits.append)
+    report = Report(tmp_path / "r.json", budget_s=1, grace_s=0.5)
+    report.put(["environment"], {"device": "cpu"})
     began = time.monotonic()
-    completed = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, timeout=120)
-    assert completed.returncode == 3 and time.monotonic() - began < 60
-    written = json.loads(output.read_text())
-    assert written["environment"] == {"device": "cpu"} and written["aborted"]["stage"] == "hangs"
+    report.stage(["hangs"], 0, lambda: time.sleep(4))
+    written = json.loads((tmp_path / "r.json").read_text())
+    assert exits == [3] and written["environment"] == {"device": "cpu"}
+    assert written["aborted"]["stage"] == "hangs" and written["aborted"]["after_s"] < time.monotonic() - began
