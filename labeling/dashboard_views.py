@@ -15,9 +15,9 @@ from django.views.decorators.http import require_GET, require_POST
 
 from labeling import dashboard as reads
 from labeling import dashboard_charts
-from labeling.exportjobs import export_filters_from_dict, export_job_create, export_job_percent
+from labeling.data.exportjobs import export_filters_from_dict, export_job_create, export_job_percent
+from labeling.data.stepwise import Neutral, parquet_available
 from labeling.models import ExportFormat, ExportJob
-from labeling.stepwise import Neutral, parquet_available
 
 
 def _card_context(job: ExportJob) -> dict[str, object]:

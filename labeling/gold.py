@@ -19,7 +19,8 @@ from pathlib import Path
 from django.conf import settings
 from django.db import transaction
 
-from labeling.imports import ImportResult, Progress
+from labeling.data.imports import ImportResult, Progress
+from labeling.data.prm800k import Record, RecordError, iter_records
 from labeling.models import (
     SCREENING_GENERATION,
     Generation,
@@ -34,7 +35,6 @@ from labeling.models import (
     content_sha256,
     text_sha256,
 )
-from labeling.prm800k import Record, RecordError, iter_records
 
 
 class GoldError(ValueError):

@@ -6,8 +6,8 @@ from typing import Any
 
 from celery import shared_task
 
-from labeling.exportjobs import export_job_run
-from labeling.exports import ExportFilters, prm800k_export
+from labeling.data.exportjobs import export_job_run
+from labeling.data.exports import ExportFilters, prm800k_export
 
 
 @shared_task(acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]

@@ -41,11 +41,12 @@ from labeling.api.serializers import (
     SolutionSerializer,
     assignment_payload,
 )
-from labeling.exportjobs import export_filters_from_dict, export_job_create, export_job_file
-from labeling.imports import ImportResult, problems_import_items, solutions_import_items
+from labeling.data.exportjobs import export_filters_from_dict, export_job_create, export_job_file
+from labeling.data.imports import ImportResult, problems_import_items, solutions_import_items
+from labeling.data.prm800k import RecordError
+from labeling.data.stepwise import Neutral, parquet_available
 from labeling.labelers import labeler_for_user
 from labeling.models import Assignment, ExportFormat, ExportJob, FinishReason, Generation, Labeler, Problem, Solution
-from labeling.prm800k import RecordError
 from labeling.queue import LabelerMayNotWork, assignment_next
 from labeling.rating import (
     AssignmentClosed,
@@ -56,7 +57,6 @@ from labeling.rating import (
     step_rate,
 )
 from labeling.selectors import assignments_of, task_screen
-from labeling.stepwise import Neutral, parquet_available
 
 
 class IdCursorPagination(CursorPagination):

@@ -12,7 +12,7 @@ from django.core.management import call_command
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from labeling.exportjobs import export_job_run
+from labeling.data.exportjobs import export_job_run
 from labeling.models import (
     Assignment,
     AssignmentStatus,
@@ -156,7 +156,7 @@ def test_it_starts_an_export_after_commit_and_never_runs_it_in_the_request(
 
 
 def test_it_refuses_parquet_without_pyarrow() -> None:
-    from labeling.stepwise import parquet_available
+    from labeling.data.stepwise import parquet_available
 
     if parquet_available():
         pytest.skip("pyarrow is installed")

@@ -12,8 +12,8 @@ from django.test import Client
 from django.urls import reverse
 
 from activelearn.models import CheckpointStatus, PRMCheckpoint
-from labeling.exportjobs import export_job_create, export_job_run
-from labeling.exports import ExportFilters
+from labeling.data.exportjobs import export_job_create, export_job_run
+from labeling.data.exports import ExportFilters
 from labeling.models import ExportFormat, ExportJob, ExportJobStatus, Labeler, TaskKind
 from labeling.tasks import run_export_job
 from tests.labeling.admin_factories import make_labeled_generation, make_staff, make_submitted

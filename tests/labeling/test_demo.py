@@ -9,8 +9,8 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.test import Client
 
-from labeling import demo
-from labeling.demo import demo_load, extract_final_answer, split_steps
+from labeling.data import demo
+from labeling.data.demo import demo_load, extract_final_answer, split_steps
 from labeling.models import (
     Generation,
     GenerationStatus,

@@ -15,8 +15,8 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from labeling.exports import ExportFilters, iter_prm800k_records, prm800k_export, read_snapshot
-from labeling.imports import prm800k_import
+from labeling.data.exports import ExportFilters, iter_prm800k_records, prm800k_export, read_snapshot
+from labeling.data.imports import prm800k_import
 from labeling.models import Assignment, Labeler
 
 # The annotated example record of the public release README (three labeled

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from labeling.exports import iter_prm800k_records
+from labeling.data.exports import iter_prm800k_records
 from labeling.labelers import labeler_set_status
 from labeling.models import Assignment, AssignmentStatus, LabelerStatus, Task, TaskKind
 from labeling.quality import (

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
+from labeling.data.stepwise import Neutral, parquet_available, stepwise_row
 from labeling.models import FinishReason
-from labeling.stepwise import Neutral, parquet_available, stepwise_row
 from tests.labeling.admin_factories import make_submitted
 from tests.labeling.workflow_factories import STEPS, make_generation, make_labeler, make_task
 

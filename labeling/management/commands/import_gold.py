@@ -4,8 +4,8 @@ from typing import Any
 from django.core.management.base import CommandError
 from django.db import transaction
 
+from labeling.data.imports import ImportResult
 from labeling.gold import GoldError, gold_import, quality_control_set_create, screening_set_create
-from labeling.imports import ImportResult
 from labeling.management.commands._importing import ImportCommand
 from labeling.models import Generation, Solution
 

@@ -19,7 +19,8 @@ from typing import Any
 import orjson
 from django.db import transaction
 
-from labeling.bulkload import insert_rows
+from labeling.data.bulkload import insert_rows
+from labeling.data.prm800k import Record, RecordError, iter_json_objects, iter_records, record_to_dict
 from labeling.models import (
     Assignment,
     AssignmentStatus,
@@ -40,7 +41,6 @@ from labeling.models import (
     content_sha256,
     text_sha256,
 )
-from labeling.prm800k import Record, RecordError, iter_json_objects, iter_records, record_to_dict
 
 Progress = Callable[[int], object]
 

@@ -22,9 +22,9 @@ from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.utils import timezone
 
-from labeling.exports import ExportFilters, ExportResult, prm800k_export
+from labeling.data.exports import ExportFilters, ExportResult, prm800k_export
+from labeling.data.stepwise import Neutral, stepwise_export
 from labeling.models import Assignment, ExportFormat, ExportJob, ExportJobStatus
-from labeling.stepwise import Neutral, stepwise_export
 
 _SUFFIX = {ExportFormat.PRM800K: ".jsonl", ExportFormat.STEPWISE: ".stepwise.jsonl", ExportFormat.PARQUET: ".parquet"}
 # How often a running export writes its progress (seconds).

@@ -36,7 +36,7 @@ from typing import Any
 
 import orjson
 
-from labeling.exports import (
+from labeling.data.exports import (
     CHUNK,
     ExportFilters,
     ExportResult,
