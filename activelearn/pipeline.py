@@ -776,7 +776,7 @@ def generation_select(*, generation_id: int) -> int:
     if run is None:
         return 0
     from activelearn.simulation.selection import select_convincing
-    from labeling.quality import overlap_labelers_needed
+    from labeling.quality.control import overlap_labelers_needed
 
     try:
         config = GenerationConfig.from_json(run.config)
@@ -842,7 +842,7 @@ def _quality_control_inject(*, generation: Generation, count: int) -> int:
     """
     if count <= 0:
         return 0
-    from labeling.gold import quality_control_set_create
+    from labeling.quality.gold import quality_control_set_create
 
     have = set(
         Task.objects.filter(generation=generation, kind=TaskKind.QUALITY_CONTROL).values_list("solution_id", flat=True)

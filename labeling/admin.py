@@ -30,7 +30,6 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from labeling.gold import GoldError, GoldStepSpec, gold_set
 from labeling.labelers import labeler_set_status
 from labeling.models import (
     Assignment,
@@ -47,6 +46,7 @@ from labeling.models import (
     StepRating,
     Task,
 )
+from labeling.quality.gold import GoldError, GoldStepSpec, gold_set
 
 # Below this many rows an exact count is cheap and the estimate may be stale.
 _ESTIMATE_ABOVE = 10_000

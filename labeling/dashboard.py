@@ -24,7 +24,7 @@ from labeling.models import (
     TaskKind,
     TaskStatus,
 )
-from labeling.quality import generation_gold_agreement, generation_gold_agreement_by_labeler
+from labeling.quality.control import generation_gold_agreement, generation_gold_agreement_by_labeler
 
 # Ratings of submitted work only: what an export would contain.
 _SUBMITTED = Q(step__assignment__status=AssignmentStatus.SUBMITTED, rating__isnull=False)

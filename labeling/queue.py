@@ -47,7 +47,7 @@ from labeling.models import (
     TaskKind,
     TaskStatus,
 )
-from labeling.quality import labeler_quality_enforce, labeler_screening_conclude, screening_set_ids
+from labeling.quality.control import labeler_quality_enforce, labeler_screening_conclude, screening_set_ids
 
 # Candidates locked per generation before giving up on it for this request;
 # a miss means another transaction assigned the row between our snapshot and

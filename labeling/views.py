@@ -18,7 +18,7 @@ from django_htmx.middleware import HtmxDetails
 from labeling.forms import RateForm, ReasonForm
 from labeling.labelers import labeler_can_take_work, labeler_for_user
 from labeling.models import Assignment, FinishReason, Labeler, LabelerStatus
-from labeling.quality import labeler_screening_result
+from labeling.quality.control import labeler_screening_result
 from labeling.queue import LabelerMayNotWork, assignment_next
 from labeling.rating import (
     AssignmentClosed,

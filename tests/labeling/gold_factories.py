@@ -7,8 +7,8 @@ from typing import Any
 
 from django.test import Client
 
-from labeling.gold import gold_set, gold_steps_for_errors, quality_control_set_create, screening_set_create
 from labeling.models import Assignment, Generation, Labeler, Task
+from labeling.quality.gold import gold_set, gold_steps_for_errors, quality_control_set_create, screening_set_create
 from labeling.queue import assignment_next
 from labeling.rating import assignment_submit, step_rate
 from tests.labeling.workflow_factories import STEPS, make_task
@@ -25,7 +25,7 @@ def make_gold_solution_task(*, generation: Generation, error_steps: Collection[i
 
 
 def make_screening_set(*, size: int, error_steps: Collection[int] = (2,)) -> list[Task]:
-    from labeling.gold import screening_generation_get
+    from labeling.quality.gold import screening_generation_get
 
     # Scratch tasks just to create problems/solutions; they live in generation -1 as normal tasks.
     scratch = [

@@ -68,8 +68,8 @@ def test_it_plots_the_campaign(staff_client: Client, django_assert_max_num_queri
 
 @pytest.mark.django_db
 def test_it_shows_agreement_with_gold_per_labeler(staff_client: Client) -> None:
-    from labeling.gold import GoldStepSpec, gold_set
     from labeling.models import Task
+    from labeling.quality.gold import GoldStepSpec, gold_set
 
     generation = make_generation(number=0)
     task = make_task(generation=generation, steps=["a", "b"])

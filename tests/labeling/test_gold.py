@@ -10,8 +10,8 @@ import orjson
 import pytest
 from django.core.management import CommandError, call_command
 
-from labeling.gold import GoldError, GoldStepSpec, gold_set, gold_steps_for_errors, solution_is_gold
 from labeling.models import GoldStep, Task, TaskKind
+from labeling.quality.gold import GoldError, GoldStepSpec, gold_set, gold_steps_for_errors, solution_is_gold
 from tests.labeling.workflow_factories import STEPS, make_generation, make_task
 
 pytestmark = pytest.mark.django_db

@@ -11,7 +11,7 @@ from django.utils import timezone
 from labeling.data.exports import iter_prm800k_records
 from labeling.labelers import labeler_set_status
 from labeling.models import Assignment, AssignmentStatus, LabelerStatus, Task, TaskKind
-from labeling.quality import (
+from labeling.quality.control import (
     generation_gold_agreement,
     generation_inter_annotator_agreement,
     generation_inter_annotator_agreement_by_pair,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from labeling.agreement import Gold, first_negative, ordinal_alpha, solution_agrees, steps_agreeing
+from labeling.quality.agreement import Gold, first_negative, ordinal_alpha, solution_agrees, steps_agreeing
 
 NON_NEG = frozenset({0, 1})
 NEG_ONLY = frozenset({-1})

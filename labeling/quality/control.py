@@ -18,7 +18,6 @@ from itertools import combinations
 from django.conf import settings
 from django.db.models import Exists, OuterRef, QuerySet
 
-from labeling.agreement import Gold, first_negative, ordinal_alpha, share, solution_agrees, steps_agreeing
 from labeling.labelers import labeler_set_status
 from labeling.models import (
     SCREENING_GENERATION,
@@ -33,6 +32,7 @@ from labeling.models import (
     TaskKind,
     TaskStatus,
 )
+from labeling.quality.agreement import Gold, first_negative, ordinal_alpha, share, solution_agrees, steps_agreeing
 
 GOLD_KINDS = (TaskKind.SCREENING, TaskKind.QUALITY_CONTROL)
 
