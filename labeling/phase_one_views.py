@@ -18,8 +18,8 @@ from django.views.decorators.http import require_POST
 from labeling import views as task_views
 from labeling.forms import RateForm
 from labeling.models import Assignment
-from labeling.phase_one import OWN_STEP, phase_one_continue, phase_one_rate, phase_one_retry, phase_one_screen
-from labeling.rating import MAX_VERSION, AssignmentClosed, RatingRejected
+from labeling.work.phase_one import OWN_STEP, phase_one_continue, phase_one_rate, phase_one_retry, phase_one_screen
+from labeling.work.rating import MAX_VERSION, AssignmentClosed, RatingRejected
 
 
 class ContinueForm(forms.Form):

@@ -19,8 +19,8 @@ from labeling.forms import RateForm, ReasonForm
 from labeling.labelers import labeler_can_take_work, labeler_for_user
 from labeling.models import Assignment, FinishReason, Labeler, LabelerStatus
 from labeling.quality.control import labeler_screening_result
-from labeling.queue import LabelerMayNotWork, assignment_next
-from labeling.rating import (
+from labeling.work.queue import LabelerMayNotWork, assignment_next
+from labeling.work.rating import (
     AssignmentClosed,
     AssignmentNotFound,
     NotFinished,
@@ -30,7 +30,7 @@ from labeling.rating import (
     assignment_submit_for_user,
     step_rate_for_user,
 )
-from labeling.selectors import (
+from labeling.work.selectors import (
     assignment_current,
     assignments_of,
     assignments_of_user,

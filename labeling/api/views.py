@@ -47,8 +47,8 @@ from labeling.data.prm800k import RecordError
 from labeling.data.stepwise import Neutral, parquet_available
 from labeling.labelers import labeler_for_user
 from labeling.models import Assignment, ExportFormat, ExportJob, FinishReason, Generation, Labeler, Problem, Solution
-from labeling.queue import LabelerMayNotWork, assignment_next
-from labeling.rating import (
+from labeling.work.queue import LabelerMayNotWork, assignment_next
+from labeling.work.rating import (
     AssignmentClosed,
     NotFinished,
     RatingRejected,
@@ -56,7 +56,7 @@ from labeling.rating import (
     assignment_submit,
     step_rate,
 )
-from labeling.selectors import assignments_of, task_screen
+from labeling.work.selectors import assignments_of, task_screen
 
 
 class IdCursorPagination(CursorPagination):

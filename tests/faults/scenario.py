@@ -119,8 +119,8 @@ def export_writers(*, seconds: float, log: str, go: str) -> dict[str, Any]:
     Ratings (not serialised) keep the database busy in between. Starts when the file
     ``go`` exists.
     """
-    from labeling.queue import assignment_next
-    from labeling.rating import assignment_submit, step_rate
+    from labeling.work.queue import assignment_next
+    from labeling.work.rating import assignment_submit, step_rate
 
     submit_lock = threading.Lock()
     sink = Path(log).open("a")  # noqa: SIM115 (shared by the threads, closed after they join)

@@ -9,8 +9,8 @@ from django.test import Client
 
 from labeling.models import Assignment, Generation, Labeler, Task
 from labeling.quality.gold import gold_set, gold_steps_for_errors, quality_control_set_create, screening_set_create
-from labeling.queue import assignment_next
-from labeling.rating import assignment_submit, step_rate
+from labeling.work.queue import assignment_next
+from labeling.work.rating import assignment_submit, step_rate
 from tests.labeling.workflow_factories import STEPS, make_task
 
 GOLD_NOTE = "GOLDNOTE-zq7: the sign flips in step 3"

@@ -18,8 +18,8 @@ from django.conf import settings as django_settings
 from django.test import Client
 from django.urls import reverse
 
-from labeling import queue
 from labeling.models import Assignment, TaskKind
+from labeling.work import queue
 from tests.labeling.gold_factories import GOLD_NOTE, login, make_qc_pool
 from tests.labeling.workflow_factories import STEPS, make_generation, make_labeler, make_task
 

@@ -19,7 +19,7 @@ from labeling.quality.control import (
     labeler_rolling_quality,
     overlap_labelers_needed,
 )
-from labeling.queue import LabelerMayNotWork, assignment_next
+from labeling.work.queue import LabelerMayNotWork, assignment_next
 from tests.labeling.gold_factories import AGREE, DISAGREE, label, make_qc_pool, make_screening_set, next_for
 from tests.labeling.workflow_factories import make_generation, make_labeler, make_task
 

@@ -10,8 +10,8 @@ from django.db import connection, connections
 from django.utils import timezone
 
 from labeling.models import Assignment, AssignmentStatus, GenerationStatus, LabelerStatus, Task, TaskKind, TaskStatus
-from labeling.queue import LabelerMayNotWork, assignment_next
-from labeling.rating import step_rate
+from labeling.work.queue import LabelerMayNotWork, assignment_next
+from labeling.work.rating import step_rate
 from tests.labeling.workflow_factories import make_generation, make_labeler, make_task
 
 pytestmark = pytest.mark.django_db

@@ -9,8 +9,8 @@ from django.utils import timezone
 
 from labeling.data.exports import label_steps_freeze
 from labeling.models import Assignment, AssignmentStatus, FinishReason, LabeledStep, StepRating, TaskStatus
-from labeling.queue import assignment_next
-from labeling.rating import (
+from labeling.work.queue import assignment_next
+from labeling.work.rating import (
     AssignmentClosed,
     AssignmentNotFound,
     NotFinished,
@@ -116,7 +116,7 @@ def test_it_refuses_an_unknown_step_or_rating(t0):
 
 
 def test_it_resumes_with_the_same_ratings_after_a_reload(t0):
-    from labeling.selectors import task_screen
+    from labeling.work.selectors import task_screen
 
     a = _start(t0)
     click = Clicks(a, t0)

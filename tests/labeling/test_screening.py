@@ -11,7 +11,7 @@ from django.urls import reverse
 from labeling.labelers import labeler_set_status
 from labeling.models import Assignment, AssignmentStatus, Labeler, LabelerStatus, LabelerStatusEvent, TaskKind
 from labeling.quality.control import labeler_screening_result
-from labeling.queue import LabelerMayNotWork, assignment_next
+from labeling.work.queue import LabelerMayNotWork, assignment_next
 from tests.labeling.gold_factories import AGREE, DISAGREE, label, login, make_screening_set, next_for
 from tests.labeling.workflow_factories import make_generation, make_labeler, make_task
 

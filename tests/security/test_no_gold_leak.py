@@ -14,8 +14,8 @@ import pytest
 from django.test import Client
 from rest_framework.test import APIClient
 
-from labeling import queue
 from labeling.models import Assignment, TaskKind
+from labeling.work import queue
 from tests.labeling.gold_factories import make_qc_pool, make_screening_set
 from tests.labeling.test_no_gold_leak import _scan
 from tests.labeling.workflow_factories import make_generation, make_labeler, make_task

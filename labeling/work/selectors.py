@@ -9,7 +9,7 @@ from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
 from labeling.models import Assignment, AssignmentStatus, FinishReason, Labeler, Problem, StepRating
-from labeling.progress import Progress, progress_compute
+from labeling.work.progress import Progress, progress_compute
 
 
 @dataclass(frozen=True)

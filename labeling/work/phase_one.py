@@ -33,11 +33,11 @@ from django.utils import timezone
 from activelearn.stepgen.splitting import is_answer_step
 from activelearn.stepgen_service import CandidateStatus, candidates_get, candidates_prefetch
 from labeling.models import Assignment, AssignmentStatus, FinishReason, LabeledStep, StepRating
-from labeling.queue import lease_expiry
+from labeling.work.queue import lease_expiry
 
 # The lock, time accounting and finish of phase 2 are the same for phase 1: one
 # assignment row lock serialises every write, and a finish freezes the label.
-from labeling.rating import (
+from labeling.work.rating import (
     RatingRejected,
     assignment_finish,
     assignment_lock,

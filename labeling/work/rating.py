@@ -43,8 +43,8 @@ from labeling.models import (
     Task,
     TaskStatus,
 )
-from labeling.progress import Progress, chosen_completions, progress_compute
-from labeling.queue import lease_expiry
+from labeling.work.progress import Progress, chosen_completions, progress_compute
+from labeling.work.queue import lease_expiry
 
 MAX_VERSION = 2_000_000_000  # StepRating.version is a PositiveIntegerField.
 
