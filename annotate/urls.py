@@ -5,8 +5,8 @@ from drf_spectacular.views import SpectacularAPIView
 from rest_framework.permissions import IsAuthenticated
 
 from annotate.health import healthz
-from labeling import dashboard_views
 from labeling.api.docs import api_docs
+from labeling.staff import views as dashboard_views
 
 urlpatterns = [
     path("healthz/", healthz, name="healthz"),

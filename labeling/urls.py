@@ -1,8 +1,8 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from labeling import views
-from labeling.auth import ThrottledLoginView
+from labeling.web import views
+from labeling.web.auth import ThrottledLoginView
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -19,7 +19,7 @@ urlpatterns = [
 ]
 
 # Phase 1 (labeling.phase_one_views): the task page itself is "task" above.
-from labeling import phase_one_views  # noqa: E402
+from labeling.web import phase_one_views  # noqa: E402
 
 urlpatterns += [
     path(

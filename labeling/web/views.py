@@ -15,10 +15,10 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import push_url
 from django_htmx.middleware import HtmxDetails
 
-from labeling.forms import RateForm, ReasonForm
 from labeling.labelers import labeler_can_take_work, labeler_for_user
 from labeling.models import Assignment, FinishReason, Labeler, LabelerStatus
 from labeling.quality.control import labeler_screening_result
+from labeling.web.forms import RateForm, ReasonForm
 from labeling.work.queue import LabelerMayNotWork, assignment_next
 from labeling.work.rating import (
     AssignmentClosed,
@@ -68,7 +68,7 @@ def _task_response(
 ) -> HttpResponse:
     if assignment is not None and assignment.task.solution.steps is None:
         # A phase-1 task: its own screen (imported here: that module imports this one).
-        from labeling.phase_one_views import phase_one_response
+        from labeling.web.phase_one_views import phase_one_response
 
         return phase_one_response(request, assignment, status=status, **extra)
     pending = assignment is not None and alternatives_generated_attach(assignment=assignment)

@@ -13,11 +13,11 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from labeling import dashboard as reads
-from labeling import dashboard_charts
 from labeling.data.exportjobs import export_filters_from_dict, export_job_create, export_job_percent
 from labeling.data.stepwise import Neutral, parquet_available
 from labeling.models import ExportFormat, ExportJob
+from labeling.staff import charts as dashboard_charts
+from labeling.staff import dashboard as reads
 
 
 def _card_context(job: ExportJob) -> dict[str, object]:
