@@ -65,7 +65,7 @@ from labeling.models import (
 )
 
 if TYPE_CHECKING:
-    from activelearn.simulation.selection import PoolCandidate
+    from activelearn.selection import PoolCandidate
 
 logger = logging.getLogger(__name__)
 
@@ -738,7 +738,7 @@ def selection_candidates(*, run: GenerationRun) -> list[PoolCandidate]:
     """
     # Imported here: the package's __init__ loads the campaign code (torch), which the
     # web process (it imports this module to start generations) must not pay for.
-    from activelearn.simulation.selection import PoolCandidate
+    from activelearn.selection import PoolCandidate
 
     served = Task.objects.filter(
         solution__problem_id=OuterRef("solution__problem_id"),
@@ -775,7 +775,7 @@ def generation_select(*, generation_id: int) -> int:
     run = _run_claim(generation_id=generation_id, step=_S.SELECTING)
     if run is None:
         return 0
-    from activelearn.simulation.selection import select_convincing
+    from activelearn.selection import select_convincing
     from labeling.quality.control import overlap_labelers_needed
 
     try:
