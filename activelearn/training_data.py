@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db.models import Q
 
-from labeling.data.exports import read_snapshot
+from labeling.data.snapshot import read_snapshot
 from labeling.models import (
     Assignment,
     AssignmentStatus,

@@ -22,7 +22,8 @@ from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.utils import timezone
 
-from labeling.data.exports import ExportFilters, ExportResult, prm800k_export
+from labeling.data.exports import ExportFilters, prm800k_export
+from labeling.data.files import ExportResult
 from labeling.data.stepwise import Neutral, stepwise_export
 from labeling.models import Assignment, ExportFormat, ExportJob, ExportJobStatus
 

@@ -12,34 +12,27 @@ never leaves a partial file, and never replaces the previous one.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import fcntl
-import glob
 import gzip
-import hashlib
 import itertools
 import os
 import sys
-import tempfile
-from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import orjson
-from django.db import connection, transaction
 from django.db.models import Q, TextField
 from django.db.models.functions import Cast
 
+from labeling.data.files import ExportResult, HashingWriter, open_partial, write_atomically
+from labeling.data.labels import label_steps_for
+from labeling.data.snapshot import read_snapshot
 from labeling.models import (
     Assignment,
     AssignmentStatus,
-    LabeledStep,
-    Phase,
     Problem,
-    StepRating,
     TaskKind,
 )
 
@@ -71,36 +64,6 @@ class ExportFilters:
         if not self.include_excluded_labelers:
             q &= Q(labeler__exclude_labels=False)
         return q
-
-
-@contextlib.contextmanager
-def read_snapshot() -> Iterator[None]:
-    """Every query inside sees the database as of the first one."""
-    if connection.in_atomic_block:
-        # Already inside a transaction (a caller's, or a test's): its
-        # isolation level applies and can no longer be changed.
-        yield
-        return
-    if connection.vendor == "postgresql":
-        with transaction.atomic():
-            with connection.cursor() as cursor:
-                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            yield
-        return
-    if connection.vendor == "sqlite":
-        # Django's atomic() would BEGIN IMMEDIATE here (see settings) and hold
-        # the write lock for the whole export; a DEFERRED transaction is a
-        # plain WAL read snapshot that lets labelers keep writing.
-        connection.ensure_connection()
-        with connection.cursor() as cursor:
-            cursor.execute("BEGIN DEFERRED")
-        try:
-            yield
-        finally:
-            with connection.cursor() as cursor:
-                cursor.execute("COMMIT")
-        return
-    yield
 
 
 _ASSIGNMENT_FIELDS = (
@@ -195,36 +158,6 @@ def _uuid_text(value: str) -> str:
     return value
 
 
-def label_steps_for(assignment_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
-    """``label.steps`` of each assignment, built from its LabeledStep and StepRating rows."""
-    steps: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    if not assignment_ids:
-        return steps
-    entries: dict[int, list[dict[str, Any]]] = {}
-    for step_id, assignment_id, chosen, human in (
-        LabeledStep.objects.filter(assignment_id__in=assignment_ids)
-        .order_by("assignment_id", "index")
-        .values_list("id", "assignment_id", "chosen_completion", "human_completion")
-    ):
-        completions: list[dict[str, Any]] = []
-        entries[step_id] = completions
-        steps[assignment_id].append(
-            {"completions": completions, "human_completion": human, "chosen_completion": chosen}
-        )
-    for step_id, text, rating, flagged in (
-        StepRating.objects.filter(step__assignment_id__in=assignment_ids)
-        .order_by("step_id", "completion_index")
-        .values_list("step_id", "text", "rating", "flagged")
-    ):
-        entries[step_id].append({"text": text, "rating": rating, "flagged": flagged})
-    return steps
-
-
-def label_steps_freeze(*, assignment_id: int) -> str:
-    """The JSON to store in ``Assignment.label_steps_json`` when it is submitted."""
-    return orjson.dumps(label_steps_for([assignment_id]).get(assignment_id, [])).decode()
-
-
 def _record(
     row: tuple[Any, ...],
     steps: Any,
@@ -271,31 +204,6 @@ def _record(
     }
 
 
-@dataclass(frozen=True)
-class ExportResult:
-    path: Path | None
-    records: int
-    sha256: str
-    bytes_written: int
-
-
-class _HashingWriter:
-    """Counts and hashes what reaches the file, compressed or not."""
-
-    def __init__(self, raw: IO[bytes]) -> None:
-        self.raw = raw
-        self.sha = hashlib.sha256()
-        self.size = 0
-
-    def write(self, data: bytes) -> int:
-        self.sha.update(data)
-        self.size += len(data)
-        return self.raw.write(data)
-
-    def flush(self) -> None:
-        self.raw.flush()
-
-
 def prm800k_export(
     *,
     output: str,
@@ -322,11 +230,11 @@ def prm800k_export(
     filters = filters or ExportFilters()
     target = Path(output).resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = _open_partial(target)
+    fd, tmp = open_partial(target)
     try:
         count = 0
         with os.fdopen(fd, "wb") as raw:
-            hashing = _HashingWriter(raw)
+            hashing = HashingWriter(raw)
             stream: Any = gzip.GzipFile(fileobj=hashing, mode="wb", mtime=0) if target.suffix == ".gz" else hashing
             buffer: list[bytes] = []
             with read_snapshot():
@@ -354,42 +262,10 @@ def prm800k_export(
             "filters": dataclasses.asdict(filters),
         }
         os.replace(tmp, target)
-        _write_atomically(
+        write_atomically(
             target.with_name(target.name + ".manifest.json"), orjson.dumps(manifest, option=orjson.OPT_INDENT_2)
         )
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     return ExportResult(path=target, records=count, sha256=digest, bytes_written=hashing.size)
-
-
-def _open_partial(target: Path) -> tuple[int, Path]:
-    """A hidden ``.partial`` file beside ``target``, locked for as long as this export runs.
-
-    A SIGKILLed (or OOM-killed) export cannot remove its partial file, but the kernel
-    drops its lock: the next export of the same target removes every partial file whose
-    lock it can take (whose writer is dead), and leaves those of a running export alone.
-    """
-    for stale in target.parent.glob(f".{glob.escape(target.name)}.*.partial"):
-        with contextlib.suppress(OSError), stale.open("rb") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            stale.unlink()
-    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    return fd, Path(name)
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-
-
-__all__ = ["ExportFilters", "ExportResult", "Phase", "iter_prm800k_records", "prm800k_export", "read_snapshot"]

@@ -36,15 +36,9 @@ from typing import Any
 
 import orjson
 
-from labeling.data.exports import (
-    CHUNK,
-    ExportFilters,
-    ExportResult,
-    _HashingWriter,
-    _write_atomically,
-    iter_prm800k_records,
-    read_snapshot,
-)
+from labeling.data.exports import CHUNK, ExportFilters, iter_prm800k_records
+from labeling.data.files import ExportResult, HashingWriter, write_atomically
+from labeling.data.snapshot import read_snapshot
 
 
 class Neutral(enum.StrEnum):
@@ -127,7 +121,7 @@ def stepwise_export(
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as raw:
-            hashing = _HashingWriter(raw)
+            hashing = HashingWriter(raw)
             with read_snapshot():
                 rows = _counted(iter_prm800k_records(filters), neutral=neutral, progress=progress)
                 # pyarrow writes by path; its bytes are hashed after it closed the file.
@@ -148,7 +142,7 @@ def stepwise_export(
             "filters": dataclasses.asdict(filters),
         }
         os.replace(tmp, target)
-        _write_atomically(
+        write_atomically(
             target.with_name(target.name + ".manifest.json"), orjson.dumps(manifest, option=orjson.OPT_INDENT_2)
         )
     except BaseException:
@@ -168,7 +162,7 @@ def _counted(
             yield row
 
 
-def _write_jsonl(rows: Iterator[dict[str, Any]], sink: _HashingWriter) -> int:
+def _write_jsonl(rows: Iterator[dict[str, Any]], sink: HashingWriter) -> int:
     count = 0
     buffer: list[bytes] = []
     for row in rows:

@@ -29,7 +29,7 @@ from django.db import connection, models, transaction
 from django.db.models import Count, F, OuterRef, Subquery
 from django.utils import timezone
 
-from labeling.data.exports import label_steps_freeze
+from labeling.data.labels import label_steps_freeze
 from labeling.models import (
     Assignment,
     AssignmentStatus,

@@ -14,8 +14,9 @@ from django.core.management import call_command
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from labeling.data.exports import iter_prm800k_records, read_snapshot
+from labeling.data.exports import iter_prm800k_records
 from labeling.data.imports import prm800k_import
+from labeling.data.snapshot import read_snapshot
 from labeling.models import Assignment, Generation, LabeledStep, Problem, StepAlternative, StepRating, Task
 
 # The annotated example record of the public release README (three labeled

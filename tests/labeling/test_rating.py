@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from labeling.data.exports import label_steps_freeze
+from labeling.data.labels import label_steps_freeze
 from labeling.models import Assignment, AssignmentStatus, FinishReason, LabeledStep, StepRating, TaskStatus
 from labeling.work.queue import assignment_next
 from labeling.work.rating import (
