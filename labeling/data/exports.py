@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import itertools
-import os
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ import orjson
 from django.db.models import Q, TextField
 from django.db.models.functions import Cast
 
-from labeling.data.files import ExportResult, HashingWriter, open_partial, write_atomically
+from labeling.data.files import ExportResult, HashingWriter, export_file_write, lines_write
 from labeling.data.labels import label_steps_for
 from labeling.data.snapshot import read_snapshot
 from labeling.models import (
@@ -216,56 +215,29 @@ def prm800k_export(
     the record count and the sha256 of the file's bytes.
     """
     if output == "-":
-        count = 0
-        sink = sys.stdout.buffer
         with read_snapshot():
-            for record in iter_prm800k_records(filters, raw_json=True):
-                sink.write(orjson.dumps(record) + b"\n")
-                count += 1
-                if progress is not None:
-                    progress(1)
-        sink.flush()
+            count = lines_write(sys.stdout.buffer, _dumped(iter_prm800k_records(filters, raw_json=True), progress))
+        sys.stdout.buffer.flush()
         return ExportResult(path=None, records=count, sha256="", bytes_written=0)
 
     filters = filters or ExportFilters()
-    target = Path(output).resolve()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = open_partial(target)
-    try:
-        count = 0
-        with os.fdopen(fd, "wb") as raw:
-            hashing = HashingWriter(raw)
-            stream: Any = gzip.GzipFile(fileobj=hashing, mode="wb", mtime=0) if target.suffix == ".gz" else hashing
-            buffer: list[bytes] = []
-            with read_snapshot():
-                for record in iter_prm800k_records(filters, raw_json=True):
-                    buffer.append(orjson.dumps(record))
-                    count += 1
-                    if len(buffer) >= CHUNK:
-                        stream.write(b"\n".join(buffer) + b"\n")
-                        buffer.clear()
-                    if progress is not None:
-                        progress(1)
-            if buffer:
-                stream.write(b"\n".join(buffer) + b"\n")
-            if stream is not hashing:
-                stream.close()
-            raw.flush()
-            os.fsync(raw.fileno())
-        digest = hashing.sha.hexdigest()
-        manifest = {
-            "format": "prm800k",
-            "file": target.name,
-            "records": count,
-            "sha256": digest,
-            "bytes": hashing.size,
-            "filters": dataclasses.asdict(filters),
-        }
-        os.replace(tmp, target)
-        write_atomically(
-            target.with_name(target.name + ".manifest.json"), orjson.dumps(manifest, option=orjson.OPT_INDENT_2)
-        )
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return ExportResult(path=target, records=count, sha256=digest, bytes_written=hashing.size)
+    compress = Path(output).suffix == ".gz"
+
+    def write(sink: HashingWriter, _path: Path) -> int:
+        stream: Any = gzip.GzipFile(fileobj=sink, mode="wb", mtime=0) if compress else sink
+        with read_snapshot():
+            count = lines_write(stream, _dumped(iter_prm800k_records(filters, raw_json=True), progress))
+        if stream is not sink:
+            stream.close()
+        return count
+
+    return export_file_write(
+        output, file_format="prm800k", details={"filters": dataclasses.asdict(filters)}, write=write
+    )
+
+
+def _dumped(records: Iterator[dict[str, Any]], progress: Callable[[int], object] | None) -> Iterator[bytes]:
+    for record in records:
+        yield orjson.dumps(record)
+        if progress is not None:
+            progress(1)

@@ -26,10 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import hashlib
 import importlib.util
-import os
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -37,7 +34,7 @@ from typing import Any
 import orjson
 
 from labeling.data.exports import CHUNK, ExportFilters, iter_prm800k_records
-from labeling.data.files import ExportResult, HashingWriter, write_atomically
+from labeling.data.files import ExportResult, HashingWriter, export_file_write, lines_write
 from labeling.data.snapshot import read_snapshot
 
 
@@ -115,40 +112,19 @@ def stepwise_export(
     if parquet and not parquet_available():
         raise ParquetUnavailable("Parquet output needs pyarrow, which is not installed; write JSONL instead.")
     filters = filters or ExportFilters()
-    target = Path(output).resolve()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            hashing = HashingWriter(raw)
-            with read_snapshot():
-                rows = _counted(iter_prm800k_records(filters), neutral=neutral, progress=progress)
-                # pyarrow writes by path; its bytes are hashed after it closed the file.
-                count = _write_parquet(rows, tmp) if parquet else _write_jsonl(rows, hashing)
-            raw.flush()
-            os.fsync(raw.fileno())
-        if parquet:
-            size, digest = _file_sha256(tmp)
-        else:
-            size, digest = hashing.size, hashing.sha.hexdigest()
-        manifest = {
-            "format": "stepwise-parquet" if parquet else "stepwise-jsonl",
-            "file": target.name,
-            "records": count,
-            "sha256": digest,
-            "bytes": size,
-            "neutral": neutral.value,
-            "filters": dataclasses.asdict(filters),
-        }
-        os.replace(tmp, target)
-        write_atomically(
-            target.with_name(target.name + ".manifest.json"), orjson.dumps(manifest, option=orjson.OPT_INDENT_2)
-        )
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return ExportResult(path=target, records=count, sha256=digest, bytes_written=size)
+
+    def write(sink: HashingWriter, path: Path) -> int:
+        with read_snapshot():
+            rows = _counted(iter_prm800k_records(filters), neutral=neutral, progress=progress)
+            # pyarrow writes by path; the file's bytes are hashed after it closed it.
+            return _write_parquet(rows, path) if parquet else lines_write(sink, (orjson.dumps(row) for row in rows))
+
+    return export_file_write(
+        output,
+        file_format="stepwise-parquet" if parquet else "stepwise-jsonl",
+        details={"neutral": neutral.value, "filters": dataclasses.asdict(filters)},
+        write=write,
+    )
 
 
 def _counted(
@@ -160,30 +136,6 @@ def _counted(
         row = stepwise_row(record, neutral=neutral)
         if row is not None:
             yield row
-
-
-def _write_jsonl(rows: Iterator[dict[str, Any]], sink: HashingWriter) -> int:
-    count = 0
-    buffer: list[bytes] = []
-    for row in rows:
-        buffer.append(orjson.dumps(row))
-        count += 1
-        if len(buffer) >= CHUNK:
-            sink.write(b"\n".join(buffer) + b"\n")
-            buffer.clear()
-    if buffer:
-        sink.write(b"\n".join(buffer) + b"\n")
-    return count
-
-
-def _file_sha256(path: Path) -> tuple[int, str]:
-    sha = hashlib.sha256()
-    size = 0
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 20):
-            sha.update(chunk)
-            size += len(chunk)
-    return size, sha.hexdigest()
 
 
 def _write_parquet(rows: Iterator[dict[str, Any]], path: Path) -> int:  # pragma: no cover - needs pyarrow
