@@ -11,7 +11,7 @@ from rest_framework import serializers
 from labeling.data.exportjobs import export_job_percent
 from labeling.data.stepwise import Neutral
 from labeling.models import ExportFormat, ExportJob, Generation, Phase, Problem, Solution
-from labeling.work.rating import MAX_VERSION
+from labeling.work.assignment import MAX_VERSION
 from labeling.work.selectors import TaskScreen
 
 # One request imports at most this many items; larger sets go through the

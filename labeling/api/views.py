@@ -47,15 +47,9 @@ from labeling.data.prm800k import RecordError
 from labeling.data.stepwise import Neutral, parquet_available
 from labeling.labelers import labeler_for_user
 from labeling.models import Assignment, ExportFormat, ExportJob, FinishReason, Generation, Labeler, Problem, Solution
+from labeling.work.assignment import AssignmentClosed, NotFinished, RatingRejected, assignment_abandon
 from labeling.work.queue import LabelerMayNotWork, assignment_next
-from labeling.work.rating import (
-    AssignmentClosed,
-    NotFinished,
-    RatingRejected,
-    assignment_abandon,
-    assignment_submit,
-    step_rate,
-)
+from labeling.work.rating import assignment_submit, step_rate
 from labeling.work.selectors import assignments_of, task_screen
 
 

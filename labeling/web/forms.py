@@ -7,7 +7,7 @@ from typing import Any
 
 from django import forms
 
-from labeling.work.rating import MAX_VERSION
+from labeling.work.assignment import MAX_VERSION
 
 _RATINGS = [("-1", "bad"), ("0", "okay"), ("1", "good")]
 _TRUE = {"1", "true", "on"}

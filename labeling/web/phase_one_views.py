@@ -18,8 +18,8 @@ from django.views.decorators.http import require_POST
 from labeling.models import Assignment
 from labeling.web import views as task_views
 from labeling.web.forms import RateForm
+from labeling.work.assignment import MAX_VERSION, AssignmentClosed, RatingRejected
 from labeling.work.phase_one import OWN_STEP, phase_one_continue, phase_one_rate, phase_one_retry, phase_one_screen
-from labeling.work.rating import MAX_VERSION, AssignmentClosed, RatingRejected
 
 
 class ContinueForm(forms.Form):

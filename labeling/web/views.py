@@ -19,17 +19,15 @@ from labeling.labelers import labeler_can_take_work, labeler_for_user
 from labeling.models import Assignment, FinishReason, Labeler, LabelerStatus
 from labeling.quality.control import labeler_screening_result
 from labeling.web.forms import RateForm, ReasonForm
-from labeling.work.queue import LabelerMayNotWork, assignment_next
-from labeling.work.rating import (
+from labeling.work.assignment import (
     AssignmentClosed,
     AssignmentNotFound,
     NotFinished,
     RatingRejected,
-    alternatives_generated_attach,
     assignment_abandon,
-    assignment_submit_for_user,
-    step_rate_for_user,
 )
+from labeling.work.queue import LabelerMayNotWork, assignment_next
+from labeling.work.rating import alternatives_generated_attach, assignment_submit_for_user, step_rate_for_user
 from labeling.work.selectors import (
     assignment_current,
     assignments_of,

@@ -33,17 +33,14 @@ from django.utils import timezone
 from activelearn.stepgen.splitting import is_answer_step
 from activelearn.stepgen_service import CandidateStatus, candidates_get, candidates_prefetch
 from labeling.models import Assignment, AssignmentStatus, FinishReason, LabeledStep, StepRating
-from labeling.work.queue import lease_expiry
-
-# The lock, time accounting and finish of phase 2 are the same for phase 1: one
-# assignment row lock serialises every write, and a finish freezes the label.
-from labeling.work.rating import (
+from labeling.work.assignment import (
     RatingRejected,
     assignment_finish,
     assignment_lock,
     assignment_time_add,
     rating_request_check,
 )
+from labeling.work.queue import lease_expiry
 
 # Not for secrets: picks which positive candidate the solution continues with.
 _RNG = random.Random()

@@ -1,80 +1,53 @@
-"""Rating steps and finishing an assignment: every click is one call here.
+"""Phase 2: rating the steps of a pre-generated solution, and submitting it. Every click is one call here.
 
 Each rating request carries the full state of one completion (rating and flag)
 and a ``version``: a counter the page increases with every click. A request is
 applied only when its version is newer than the stored one, so a repeated
 request changes nothing and a delayed one cannot overwrite a newer click.
 
-The stored trajectory is kept consistent after every write (labeling.progress):
+The stored trajectory is kept consistent after every write (labeling.work.progress):
 steps after the first -1 (or after an unrated step) are deleted in the same
 transaction, the alternatives of the error step get a row each (rating null
 until rated), and chosen_completion is 0 on steps the solution continued past
 and null on the step where labeling stops.
 
-Time on task is measured here, on the server: each event (rating, finish) adds
-the gap since the previous event to ``total_time_ms``, except that a gap longer
-than ``settings.IDLE_GAP_SECONDS`` counts as 0 (the labeler was away).
+The lock, time on task and the finish itself are the assignment's
+(labeling.work.assignment), shared with phase 1.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from datetime import datetime
 
-import orjson
 from django.conf import settings
-from django.db import connection, models, transaction
-from django.db.models import Count, F, OuterRef, Subquery
+from django.db import connection, transaction
 from django.utils import timezone
 
-from labeling.data.labels import label_steps_freeze
 from labeling.models import (
     Assignment,
     AssignmentStatus,
     CandidateSetStatus,
     FinishReason,
     LabeledStep,
-    Solution,
     StepAlternative,
     StepCandidateSet,
     StepRating,
-    Task,
-    TaskStatus,
+)
+from labeling.work.assignment import (
+    LeaseNearExpiry,
+    NotFinished,
+    RatingRejected,
+    RatingRow,
+    assignment_finish,
+    assignment_lock,
+    assignment_lock_row,
+    assignment_time_add,
+    rating_request_check,
+    rating_rows,
 )
 from labeling.work.progress import Progress, chosen_completions, progress_compute
 from labeling.work.queue import lease_expiry
-
-MAX_VERSION = 2_000_000_000  # StepRating.version is a PositiveIntegerField.
-
-
-class AssignmentNotFound(Exception):
-    """No such assignment, or it is someone else's: the caller answers as for a missing one."""
-
-
-class AssignmentClosed(Exception):
-    """The assignment was submitted or its lease went to someone else: it is read-only."""
-
-
-class RatingRejected(Exception):
-    """The request does not fit the state of the assignment (e.g. a step that is not reached yet)."""
-
-
-class NotFinished(Exception):
-    """Submit was asked for while steps or alternatives are still unrated."""
-
-
-@dataclass(frozen=True)
-class _Row:
-    step_id: int
-    index: int
-    chosen: int | None
-    completion: int
-    rating: int | None
-    version: int
-    flagged: bool | None = None
-    text: str = ""
 
 
 @dataclass(frozen=True)
@@ -95,154 +68,7 @@ class Rated:
     stop_before: int
 
 
-def assignment_lock(assignment: Assignment) -> Assignment:
-    """The assignment, locked for writing, with its task and the solution's steps; AssignmentClosed if read-only."""
-    return _lock_owned(assignment_id=assignment.pk, user_id=None, now=timezone.now(), task_lock=True)
-
-
-class _LeaseNearExpiry(Exception):
-    """The fast rating lock found a lease close to running out: take the task lock as well."""
-
-
-_M = TypeVar("_M", bound=models.Model)
-
-
-def _partial(model: type[_M], values: dict[str, Any]) -> _M:
-    # A model instance from some of its columns (the others deferred), as the
-    # ORM builds one from a query, so that save(update_fields=...) works on it.
-    names = [f.attname for f in model._meta.concrete_fields if f.attname in values]
-    return model.from_db(connection.alias, names, [values[n] for n in names])
-
-
-# Everything a rating reads about its assignment, in one statement that also
-# checks ownership (the labeler's user id, when given) and takes the row lock.
-_RATE_LOCK_SQL = """
-    SELECT a.id, a.task_id, a.labeler_id, a.status, a.started_at, a.last_activity_at, a.lease_expires_at,
-           a.total_time_ms, a.ratings_reset_version, t.solution_id AS t_solution_id,
-           t.generation_id AS t_generation_id, t.kind AS t_kind, t.status AS t_status,
-           t.labelers_needed AS t_labelers_needed, s.problem_id AS s_problem_id, s.steps AS s_steps
-    FROM labeling_assignment a
-    JOIN labeling_task t ON t.id = a.task_id
-    JOIN labeling_solution s ON s.id = t.solution_id
-    WHERE a.id = %s{owner}{lock}
-"""
-
-
-def _lease_margin() -> timedelta:
-    # A lease this far from running out cannot be handed over by a request
-    # that is in flight now (hand-over counts it as live), even with the
-    # clocks of two app servers some seconds apart.
-    return timedelta(seconds=min(60.0, settings.LEASE_SECONDS / 4))
-
-
-def _lock_owned(*, assignment_id: int, user_id: int | None, now: datetime, task_lock: bool) -> Assignment:
-    """The assignment row locked for writing, read with its task and steps in one query.
-
-    ``user_id``: only that labeler's assignment is found (AssignmentNotFound
-    otherwise), so the ownership check costs no query of its own.
-
-    Every write to one assignment is serialised by its row lock, which is what
-    makes the version checks of the rating service race-free. ``task_lock``:
-    lock the task row first, the order labeling.queue uses, so that a
-    hand-over of this task to someone else (which may mark this assignment
-    EXPIRED) and this write wait for each other instead of deadlocking or
-    racing; finishing needs it too (it counts the task's submissions). A
-    rating may go without: while the lease is comfortably alive no hand-over
-    can take the task (labeling.queue counts the assignment as live); closer
-    to expiry this raises _LeaseNearExpiry and the caller starts again with
-    ``task_lock``.
-    """
-    params: list[Any] = [assignment_id]
-    owner = ""
-    if user_id is not None:
-        owner = " AND a.labeler_id = (SELECT id FROM labeling_labeler WHERE user_id = %s)"
-        params.append(user_id)
-    lock = " FOR UPDATE OF a" if connection.features.has_select_for_update_of else ""
-    with connection.cursor() as cursor:
-        if task_lock and connection.features.has_select_for_update:
-            cursor.execute(
-                "SELECT t.id FROM labeling_task t JOIN labeling_assignment a ON a.task_id = t.id"
-                f" WHERE a.id = %s{owner} FOR UPDATE OF t",
-                params,
-            )
-        cursor.execute(_RATE_LOCK_SQL.format(owner=owner, lock=lock), params)
-        row = cursor.fetchone()
-        if row is None:
-            raise AssignmentNotFound(assignment_id)
-        values = dict(zip([c[0] for c in cursor.description], row, strict=True))
-    assignment = _partial(Assignment, {k: v for k, v in values.items() if not k.startswith(("t_", "s_"))})
-    for name in ("started_at", "last_activity_at", "lease_expires_at"):
-        # SQLite hands back naive UTC datetimes to a raw query.
-        value = getattr(assignment, name)
-        if isinstance(value, str):
-            value = datetime.fromisoformat(value)
-        if value is not None and timezone.is_naive(value):
-            value = timezone.make_aware(value, UTC)
-        setattr(assignment, name, value)
-    steps = values["s_steps"]
-    solution = _partial(
-        Solution,
-        {
-            "id": values["t_solution_id"],
-            "problem_id": values["s_problem_id"],
-            "steps": json.loads(steps) if isinstance(steps, str) else steps,
-        },
-    )
-    task = _partial(
-        Task,
-        {
-            "id": assignment.task_id,
-            "generation_id": values["t_generation_id"],
-            "solution_id": solution.pk,
-            "kind": values["t_kind"],
-            "labelers_needed": values["t_labelers_needed"],
-            "status": values["t_status"],
-        },
-    )
-    task.solution = solution
-    assignment.task = task
-    if assignment.status != AssignmentStatus.IN_PROGRESS:
-        raise AssignmentClosed(
-            "This task was already submitted; it can no longer be changed."
-            if assignment.status == AssignmentStatus.SUBMITTED
-            else "Your lease on this task ran out and it went to another labeler."
-        )
-    if not task_lock and (assignment.lease_expires_at is None or assignment.lease_expires_at <= now + _lease_margin()):
-        raise _LeaseNearExpiry
-    return assignment
-
-
-def assignment_time_add(assignment: Assignment, *, now: datetime) -> list[str]:
-    """Add the gap since the last event to the time on task (a gap over IDLE_GAP_SECONDS adds nothing).
-
-    For a service holding the assignment lock; returns the fields to save.
-    """
-    last = assignment.last_activity_at or assignment.started_at or now
-    gap_ms = int((now - last).total_seconds() * 1000)
-    if 0 < gap_ms <= settings.IDLE_GAP_SECONDS * 1000:
-        assignment.total_time_ms = (assignment.total_time_ms or 0) + gap_ms
-    assignment.last_activity_at = max(last, now)
-    return ["total_time_ms", "last_activity_at"]
-
-
-def _rows(assignment: Assignment) -> list[_Row]:
-    # Raw SQL: this runs on every click, and compiling the ORM query cost
-    # more than the query itself.
-    with connection.cursor() as cursor:
-        cursor.execute(
-            'SELECT r.step_id, s."index", s.chosen_completion, r.completion_index, r.rating, r.version, r.flagged,'
-            " r.text FROM labeling_steprating r JOIN labeling_labeledstep s ON s.id = r.step_id"
-            ' WHERE s.assignment_id = %s ORDER BY s."index", r.completion_index',
-            [assignment.pk],
-        )
-        return [
-            _Row(step_id=s, index=i, chosen=ch, completion=c, rating=r, version=v,
-                 flagged=None if f is None else bool(f), text=t)
-            for s, i, ch, c, r, v, f, t in cursor.fetchall()
-        ]  # fmt: skip
-
-
-def _progress(step_count: int, rows: list[_Row]) -> Progress:
+def _progress(step_count: int, rows: list[RatingRow]) -> Progress:
     own = {r.index: r.rating for r in rows if r.completion == 0}
     first = progress_compute(step_count=step_count, own_ratings=own, alternative_ratings={})
     alternatives = {r.completion: r.rating for r in rows if r.completion > 0 and r.index == first.stop_index}
@@ -251,15 +77,7 @@ def _progress(step_count: int, rows: list[_Row]) -> Progress:
 
 def assignment_progress(*, assignment: Assignment) -> Progress:
     steps = assignment.task.solution.steps or []
-    return _progress(len(steps), _rows(assignment))
-
-
-def rating_request_check(*, rating: int | None, version: int | None = None) -> None:
-    """RatingRejected unless the rating is -1, 0, +1 or none, and the version (when given) is in range."""
-    if rating not in (None, -1, 0, 1):
-        raise RatingRejected("A rating is -1, 0 or +1.")
-    if version is not None and not 1 <= version <= MAX_VERSION:
-        raise RatingRejected("The version must be a positive integer.")
+    return _progress(len(steps), rating_rows(assignment))
 
 
 def step_rate(
@@ -312,12 +130,12 @@ def step_rate_for_user(
     request = _RateRequest(step_index, completion_index, rating, flagged, version)
     try:
         with transaction.atomic():
-            locked = _lock_owned(assignment_id=assignment_id, user_id=user_id, now=now, task_lock=False)
+            locked = assignment_lock_row(assignment_id=assignment_id, user_id=user_id, now=now, task_lock=False)
             return _rate(locked, request, now=now)
-    except _LeaseNearExpiry:
+    except LeaseNearExpiry:
         # Nothing was written; again, with the task row locked first.
         with transaction.atomic():
-            locked = _lock_owned(assignment_id=assignment_id, user_id=user_id, now=now, task_lock=True)
+            locked = assignment_lock_row(assignment_id=assignment_id, user_id=user_id, now=now, task_lock=True)
             return _rate(locked, request, now=now)
 
 
@@ -335,7 +153,7 @@ def _rate(locked: Assignment, request: _RateRequest, *, now: datetime) -> Rated:
     rating, flagged = request.rating, request.flagged
     solution = locked.task.solution
     steps: list[str] = solution.steps or []
-    rows = _rows(locked)
+    rows = rating_rows(locked)
     progress = _progress(len(steps), rows)
     existing = next((r for r in rows if r.index == step_index and r.completion == completion_index), None)
 
@@ -379,7 +197,7 @@ def _rate(locked: Assignment, request: _RateRequest, *, now: datetime) -> Rated:
     )
     after = [r for r in rows if not (r.index == step_index and r.completion == completion_index)]
     after.append(
-        _Row(step_id, step_index, None if added_step else (existing.chosen if existing else None),
+        RatingRow(step_id, step_index, None if added_step else (existing.chosen if existing else None),
              completion_index, rating, version, stored_flag, text)
     )  # fmt: skip
 
@@ -406,7 +224,7 @@ def _rate(locked: Assignment, request: _RateRequest, *, now: datetime) -> Rated:
     )
 
 
-def _page_order(rows: list[_Row]) -> list[tuple[int, int, str, int | None, bool | None, int]]:
+def _page_order(rows: list[RatingRow]) -> list[tuple[int, int, str, int | None, bool | None, int]]:
     return [(r.index, r.completion, r.text, r.rating, r.flagged, r.version) for r in sorted(
         rows, key=lambda r: (r.index, r.completion))]  # fmt: skip
 
@@ -429,7 +247,9 @@ def _upsert_rating(
         )
 
 
-def _keep_trajectory_consistent(assignment: Assignment, *, steps: list[str], rows: list[_Row], version: int) -> bool:
+def _keep_trajectory_consistent(
+    assignment: Assignment, *, steps: list[str], rows: list[RatingRow], version: int
+) -> bool:
     """Drop what the new own rating cut off, add the error step's alternatives, fix chosen_completion.
 
     ``rows`` is the stored state after the write. True when rows were
@@ -504,14 +324,14 @@ def alternatives_generated_attach(*, assignment: Assignment) -> bool:
         return False  # the common case costs one indexed query and no lock
     with transaction.atomic():
         locked = assignment_lock(assignment)
-        return _attach_generated(locked, locked.task.solution.steps or [], _rows(locked)) == _Attach.PENDING
+        return _attach_generated(locked, locked.task.solution.steps or [], rating_rows(locked)) == _Attach.PENDING
 
 
 class _Attach:
     NOTHING, PENDING, ATTACHED = "nothing", "pending", "attached"
 
 
-def _attach_generated(locked: Assignment, steps: list[str], rows: list[_Row]) -> str:
+def _attach_generated(locked: Assignment, steps: list[str], rows: list[RatingRow]) -> str:
     """alternatives_generated_attach under the caller's lock, on the rows it read."""
     if settings.STEPGEN_BACKEND == "none":
         return _Attach.NOTHING
@@ -557,12 +377,12 @@ def assignment_submit_for_user(*, assignment_id: int, user_id: int | None, now: 
     """assignment_submit for the labeler signed in as ``user_id``: AssignmentNotFound when it is not theirs."""
     now = now or timezone.now()
     with transaction.atomic():
-        locked = _lock_owned(assignment_id=assignment_id, user_id=user_id, now=now, task_lock=True)
+        locked = assignment_lock_row(assignment_id=assignment_id, user_id=user_id, now=now, task_lock=True)
         steps = locked.task.solution.steps
         if steps is None:
             # Phase 1 ends when the solution reaches a final answer (labeling.phase_one).
             raise NotFinished("Continue until the solution reaches its final answer, or give up.")
-        rows = _rows(locked)
+        rows = rating_rows(locked)
         # Alternatives generated for the error step are attached here and
         # committed, then the labeler rates them before finishing.
         attach = _attach_generated(locked, steps, rows)
@@ -579,51 +399,3 @@ def assignment_submit_for_user(*, assignment_id: int, user_id: int | None, now: 
             else "Rate every step first, or stop at the first step you rate -1."
         )
     return reason
-
-
-def assignment_abandon(
-    *, assignment: Assignment, finish_reason: FinishReason, reason_text: str, now: datetime | None = None
-) -> None:
-    """Give up, or report the problem itself as bad; both need a short reason."""
-    if finish_reason not in (FinishReason.GIVE_UP, FinishReason.BAD_PROBLEM):
-        raise ValueError(f"not a reason to abandon a task: {finish_reason}")
-    text = reason_text.strip()
-    if not text:
-        raise RatingRejected("Say briefly why.")
-    now = now or timezone.now()
-    with transaction.atomic():
-        locked = assignment_lock(assignment)
-        assignment_finish(locked, reason=finish_reason, text=text, now=now)
-
-
-def assignment_finish(
-    assignment: Assignment, *, reason: FinishReason, text: str, now: datetime, rows: list[_Row] | None = None
-) -> None:
-    """Submit under the caller's locks (task, then assignment). ``rows``: the phase-2 ratings just read, if any."""
-    fields = assignment_time_add(assignment, now=now)
-    assignment.status = AssignmentStatus.SUBMITTED
-    assignment.submitted_at = now
-    assignment.finish_reason = reason
-    assignment.finish_reason_text = text
-    # Read-only from here on, so the export can use a frozen copy of the label.
-    assignment.label_steps_json = (
-        label_steps_freeze(assignment_id=assignment.pk) if rows is None else _label_steps_json(rows)
-    )
-    assignment.save(
-        update_fields=[*fields, "status", "submitted_at", "finish_reason", "finish_reason_text", "label_steps_json"]
-    )
-    # The task row is locked, so two labelers finishing the same
-    # multi-labeler task count each other's submissions correctly.
-    submitted = Assignment.objects.filter(task_id=OuterRef("pk"), status=AssignmentStatus.SUBMITTED)
-    Task.objects.filter(pk=assignment.task_id, status=TaskStatus.OPEN).alias(
-        submitted=Subquery(submitted.order_by().values("task_id").annotate(n=Count("pk")).values("n"))
-    ).filter(submitted__gte=F("labelers_needed")).update(status=TaskStatus.DONE)
-
-
-def _label_steps_json(rows: list[_Row]) -> str:
-    """label_steps_freeze from the rows in hand: the same JSON (phase 2 never writes human_completion)."""
-    steps: dict[int, dict[str, Any]] = {}
-    for r in sorted(rows, key=lambda r: (r.index, r.completion)):
-        step = steps.setdefault(r.index, {"completions": [], "human_completion": None, "chosen_completion": r.chosen})
-        step["completions"].append({"text": r.text, "rating": r.rating, "flagged": r.flagged})
-    return orjson.dumps(list(steps.values())).decode()

@@ -17,8 +17,9 @@ from labeling.models import (
     StepCandidateSet,
     StepRating,
 )
+from labeling.work.assignment import NotFinished
 from labeling.work.queue import assignment_next
-from labeling.work.rating import NotFinished, assignment_submit, step_rate
+from labeling.work.rating import assignment_submit, step_rate
 from tests.labeling.workflow_factories import STEPS, make_generation, make_labeler, make_task
 
 pytestmark = pytest.mark.django_db

@@ -35,9 +35,10 @@ from labeling.models import (
     content_sha256,
     text_sha256,
 )
+from labeling.work.assignment import NotFinished, RatingRejected
 from labeling.work.phase_one import OWN_STEP, phase_one_continue, phase_one_rate, phase_one_screen
 from labeling.work.queue import assignment_next
-from labeling.work.rating import NotFinished, RatingRejected, assignment_submit
+from labeling.work.rating import assignment_submit
 from tests.labeling.workflow_factories import make_labeler
 
 pytestmark = pytest.mark.django_db

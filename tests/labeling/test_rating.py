@@ -9,18 +9,15 @@ from django.utils import timezone
 
 from labeling.data.labels import label_steps_freeze
 from labeling.models import Assignment, AssignmentStatus, FinishReason, LabeledStep, StepRating, TaskStatus
-from labeling.work.queue import assignment_next
-from labeling.work.rating import (
+from labeling.work.assignment import (
     AssignmentClosed,
     AssignmentNotFound,
     NotFinished,
     RatingRejected,
     assignment_abandon,
-    assignment_submit,
-    assignment_submit_for_user,
-    step_rate,
-    step_rate_for_user,
 )
+from labeling.work.queue import assignment_next
+from labeling.work.rating import assignment_submit, assignment_submit_for_user, step_rate, step_rate_for_user
 from tests.labeling.workflow_factories import STEPS, make_generation, make_labeler, make_task
 
 pytestmark = pytest.mark.django_db
