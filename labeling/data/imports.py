@@ -61,10 +61,6 @@ class ImportResult:
         return f"read {self.read} record(s); {verb} {made}{skipped}"
 
 
-class _DryRunRollback(Exception):
-    pass
-
-
 def _tick(progress: Progress | None) -> None:
     if progress is not None:
         progress(1)
@@ -200,21 +196,19 @@ def _problems_import(located: LocatedSource, *, dry_run: bool, progress: Progres
                 message=f"duplicate {row.unique_id!r} (first seen at {first[0]}:{first[1]})",
             )
         seen[row.unique_id] = (source, line)
-    try:
-        with transaction.atomic():
-            batch: list[ProblemRow] = []
-            for row in _iter_parsed(located, parse_problem):
-                result.read += 1
-                batch.append(row)
-                _tick(progress)
-                if len(batch) >= WRITE_BATCH:
-                    _write_problems(batch, result)
-                    batch = []
-            _write_problems(batch, result)
-            if dry_run:
-                raise _DryRunRollback
-    except _DryRunRollback:
-        pass
+    with transaction.atomic():
+        batch: list[ProblemRow] = []
+        for row in _iter_parsed(located, parse_problem):
+            result.read += 1
+            batch.append(row)
+            _tick(progress)
+            if len(batch) >= WRITE_BATCH:
+                _write_problems(batch, result)
+                batch = []
+        _write_problems(batch, result)
+        if dry_run:
+            # Everything was written and checked; a dry run keeps none of it.
+            transaction.set_rollback(True)
     return result
 
 
@@ -333,21 +327,19 @@ def _solutions_import(located: LocatedSource, *, dry_run: bool, progress: Progre
             field="problem_id",
             message=f"unknown problem {missing[0]!r}{more}; import the problems first",
         )
-    try:
-        with transaction.atomic():
-            batch: list[SolutionRow] = []
-            for row in _iter_parsed(located, parse_solution):
-                result.read += 1
-                batch.append(row)
-                _tick(progress)
-                if len(batch) >= WRITE_BATCH:
-                    _write_solutions(batch, problem_ids, result)
-                    batch = []
-            _write_solutions(batch, problem_ids, result)
-            if dry_run:
-                raise _DryRunRollback
-    except _DryRunRollback:
-        pass
+    with transaction.atomic():
+        batch: list[SolutionRow] = []
+        for row in _iter_parsed(located, parse_solution):
+            result.read += 1
+            batch.append(row)
+            _tick(progress)
+            if len(batch) >= WRITE_BATCH:
+                _write_solutions(batch, problem_ids, result)
+                batch = []
+        _write_solutions(batch, problem_ids, result)
+        if dry_run:
+            # Everything was written and checked; a dry run keeps none of it.
+            transaction.set_rollback(True)
     return result
 
 
@@ -738,21 +730,19 @@ def prm800k_import(*, paths: Iterable[Path], dry_run: bool = False, progress: Pr
     # Records are validated as they stream into one transaction: the first
     # bad line raises and rolls back everything written before it, so memory
     # stays flat at release scale and a failed import leaves nothing behind.
-    try:
-        with transaction.atomic():
-            writer = _Prm800kWriter(result)
-            batch: list[tuple[str, int, Record]] = []
-            for path in paths:
-                for line, record in iter_records(path):
-                    result.read += 1
-                    batch.append((str(path), line, record))
-                    _tick(progress)
-                    if len(batch) >= WRITE_BATCH:
-                        writer.write(batch)
-                        batch = []
-            writer.write(batch)
-            if dry_run:
-                raise _DryRunRollback
-    except _DryRunRollback:
-        pass
+    with transaction.atomic():
+        writer = _Prm800kWriter(result)
+        batch: list[tuple[str, int, Record]] = []
+        for path in paths:
+            for line, record in iter_records(path):
+                result.read += 1
+                batch.append((str(path), line, record))
+                _tick(progress)
+                if len(batch) >= WRITE_BATCH:
+                    writer.write(batch)
+                    batch = []
+        writer.write(batch)
+        if dry_run:
+            # Everything was written and checked; a dry run keeps none of it.
+            transaction.set_rollback(True)
     return result
