@@ -16,7 +16,7 @@ from django.core.management import call_command
 from django.db import connection
 
 from labeling.data.exports import ExportFilters, iter_prm800k_records, prm800k_export
-from labeling.data.imports import prm800k_import
+from labeling.data.release_import import prm800k_import
 from labeling.data.snapshot import read_snapshot
 from labeling.models import Assignment, Labeler
 

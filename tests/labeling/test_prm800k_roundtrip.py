@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from labeling.data.exports import iter_prm800k_records
-from labeling.data.imports import prm800k_import
+from labeling.data.release_import import prm800k_import
 from labeling.data.snapshot import read_snapshot
 from labeling.models import Assignment, Generation, LabeledStep, Problem, StepAlternative, StepRating, Task
 
