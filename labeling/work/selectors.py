@@ -1,15 +1,27 @@
-"""Reads for the labeler pages: counts, the task screen, one's own assignments."""
+"""Reads about labelers and their work: what a labeler is credited with (home page and admin alike), the task screen."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, time
+from typing import Any
 
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from labeling.models import Assignment, AssignmentStatus, FinishReason, Labeler, Problem, StepRating
 from labeling.work.progress import Progress, progress_compute
+
+# Work a labeler is credited with, on their home page and in the admin alike:
+# what they submitted and what they still hold. Ratings on an expired lease do
+# not count (the task went to someone else).
+CREDITED_STATUSES = (AssignmentStatus.SUBMITTED, AssignmentStatus.IN_PROGRESS)
+
+
+def step_labels() -> QuerySet[StepRating]:
+    """Step labels: rated completions (the step itself or an alternative, as PRM800K counts them) of credited work."""
+    return StepRating.objects.filter(step__assignment__status__in=CREDITED_STATUSES, rating__isnull=False)
 
 
 @dataclass(frozen=True)
@@ -26,19 +38,51 @@ def labeler_stats(*, labeler: Labeler, now: datetime | None = None) -> LabelerSt
     solutions = Assignment.objects.filter(labeler=labeler, status=AssignmentStatus.SUBMITTED).aggregate(
         total=Count("pk"), today=Count("pk", filter=Q(submitted_at__gte=today))
     )
-    # A step label is one rated completion (the step itself or an alternative),
-    # as PRM800K counts them; ratings of expired leases do not count.
-    steps = StepRating.objects.filter(
-        step__assignment__labeler=labeler,
-        step__assignment__status__in=[AssignmentStatus.SUBMITTED, AssignmentStatus.IN_PROGRESS],
-        rating__isnull=False,
-    ).aggregate(total=Count("pk"), today=Count("pk", filter=Q(updated_at__gte=today)))
+    steps = (
+        step_labels()
+        .filter(step__assignment__labeler=labeler)
+        .aggregate(total=Count("pk"), today=Count("pk", filter=Q(updated_at__gte=today)))
+    )
     return LabelerStats(
         solutions_today=solutions["today"],
         solutions_total=solutions["total"],
         steps_today=steps["today"],
         steps_total=steps["total"],
     )
+
+
+def labelers_with_counts(queryset: QuerySet[Labeler]) -> QuerySet[Labeler]:
+    """Labelers with ``n_solutions``, ``n_give_up``, ``n_steps``, ``n_flagged`` and ``time_ms`` of their work.
+
+    Correlated subqueries, so a page of labelers is one query with no join
+    fan-out. Solutions are submitted ones; steps and time are of credited work.
+    """
+
+    def per_labeler(qs: QuerySet[Any], labeler_field: str, aggregate: Count | Sum) -> Coalesce:
+        value = qs.order_by().values(labeler_field).annotate(v=aggregate).values("v")
+        return Coalesce(Subquery(value[:1]), 0, output_field=IntegerField())
+
+    submitted = Assignment.objects.filter(labeler=OuterRef("pk"), status=AssignmentStatus.SUBMITTED)
+    credited = Assignment.objects.filter(labeler=OuterRef("pk"), status__in=CREDITED_STATUSES)
+    labels = step_labels().filter(step__assignment__labeler=OuterRef("pk"))
+    return queryset.annotate(
+        n_solutions=per_labeler(submitted, "labeler_id", Count("pk")),
+        n_give_up=per_labeler(submitted.filter(finish_reason=FinishReason.GIVE_UP), "labeler_id", Count("pk")),
+        n_steps=per_labeler(labels, "step__assignment__labeler_id", Count("pk")),
+        n_flagged=per_labeler(labels.filter(flagged=True), "step__assignment__labeler_id", Count("pk")),
+        time_ms=per_labeler(credited, "labeler_id", Sum("total_time_ms")),
+    )
+
+
+def labeler_seconds_per_step(*, labeler: Labeler) -> list[float]:
+    """Seconds per step label of each credited assignment with any (for a median: one long task is not typical)."""
+    per_assignment = (
+        Assignment.objects.filter(labeler=labeler, status__in=CREDITED_STATUSES, total_time_ms__isnull=False)
+        .annotate(n=Count("labeled_steps__ratings", filter=Q(labeled_steps__ratings__rating__isnull=False)))
+        .filter(n__gt=0)
+        .values_list("total_time_ms", "n")
+    )
+    return [(ms or 0) / 1000 / n for ms, n in per_assignment]
 
 
 def assignments_of(*, labeler: Labeler) -> QuerySet[Assignment]:
