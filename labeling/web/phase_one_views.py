@@ -1,6 +1,6 @@
-"""Phase-1 task pages (labeling.phase_one). Each view: fetch and authorise, validate, one service call, render.
+"""Phase-1 task pages (labeling.work.phase_one). Each view: fetch and authorise, validate, one service call, render.
 
-The task URL (``task``) shows this screen for a phase-1 assignment (labeling.views
+The task URL (``task``) shows this screen for a phase-1 assignment (labeling.web.respond
 dispatches); these views take its clicks. htmx requests get the ``task-panel`` fragment
 of ``labeling/phase_one.html``; without JS each form is a plain post that redirects.
 Give up and bad problem are the phase-2 routes: they work for both phases.
@@ -10,16 +10,23 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.http import HttpResponse
+from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from labeling.models import Assignment
-from labeling.web import views as task_views
 from labeling.web.forms import RateForm
+from labeling.web.respond import (
+    LabelerRequest,
+    is_htmx,
+    next_after_finish,
+    own_assignment,
+    phase_one_response,
+    refused,
+)
 from labeling.work.assignment import MAX_VERSION, AssignmentClosed, RatingRejected
-from labeling.work.phase_one import OWN_STEP, phase_one_continue, phase_one_rate, phase_one_retry, phase_one_screen
+from labeling.work.phase_one import OWN_STEP, phase_one_continue, phase_one_rate, phase_one_retry
 
 
 class ContinueForm(forms.Form):
@@ -35,19 +42,8 @@ class ContinueForm(forms.Form):
         return OWN_STEP if raw == OWN_STEP else int(raw)
 
 
-def phase_one_response(
-    request: HttpRequest, assignment: Assignment, *, status: int = 200, **extra: object
-) -> HttpResponse:
-    screen = phase_one_screen(assignment=assignment)
-    htmx = task_views._htmx(request)
-    template = "labeling/phase_one.html#task-panel" if htmx else "labeling/phase_one.html"
-    response = render(request, template, {"screen": screen, **extra}, status=status)
-    response[task_views.VERSION_HEADER] = f"{assignment.pk}:{screen.version}"
-    return response
-
-
-def _after_click(request: HttpRequest, assignment: Assignment) -> HttpResponse:
-    if not task_views._htmx(request):
+def _after_click(request: LabelerRequest, assignment: Assignment) -> HttpResponse:
+    if not is_htmx(request):
         return redirect(reverse("task", args=[assignment.pk]) + "#current-step")
     assignment.refresh_from_db()
     return phase_one_response(request, assignment)
@@ -55,11 +51,11 @@ def _after_click(request: HttpRequest, assignment: Assignment) -> HttpResponse:
 
 @login_required
 @require_POST
-def rate_candidate(request: HttpRequest, pk: int, step: int, completion: int) -> HttpResponse:
-    assignment = task_views._own_assignment(request, pk)
+def rate_candidate(request: LabelerRequest, pk: int, step: int, completion: int) -> HttpResponse:
+    assignment = own_assignment(request, pk)
     form = RateForm(request.POST)
     if not form.is_valid():
-        return task_views._refused(request, "That rating could not be read; reload the page.", status=400)
+        return refused(request, "That rating could not be read; reload the page.", status=400)
     try:
         phase_one_rate(
             assignment=assignment,
@@ -70,17 +66,17 @@ def rate_candidate(request: HttpRequest, pk: int, step: int, completion: int) ->
             version=form.cleaned_data["version"],
         )
     except (AssignmentClosed, RatingRejected) as exc:
-        return task_views._refused(request, str(exc))
+        return refused(request, str(exc))
     return _after_click(request, assignment)
 
 
 @login_required
 @require_POST
-def continue_step(request: HttpRequest, pk: int, step: int) -> HttpResponse:
-    assignment = task_views._own_assignment(request, pk)
+def continue_step(request: LabelerRequest, pk: int, step: int) -> HttpResponse:
+    assignment = own_assignment(request, pk)
     form = ContinueForm(request.POST)
     if not form.is_valid():
-        return task_views._refused(request, "That choice could not be read; reload the page.", status=400)
+        return refused(request, "That choice could not be read; reload the page.", status=400)
     try:
         outcome = phase_one_continue(
             assignment=assignment,
@@ -90,23 +86,23 @@ def continue_step(request: HttpRequest, pk: int, step: int) -> HttpResponse:
             version=form.cleaned_data["version"],
         )
     except AssignmentClosed as exc:
-        return task_views._refused(request, str(exc))
+        return refused(request, str(exc))
     except RatingRejected as exc:
         # 422 is swapped in: the panel comes back with the message and the step typed so far.
         return phase_one_response(
             request, assignment, status=422, continue_error=str(exc), human=form.cleaned_data["human"]
         )
     if outcome.finished is not None:
-        return task_views._next_after_finish(request)
+        return next_after_finish(request)
     return _after_click(request, assignment)
 
 
 @login_required
 @require_POST
-def retry_candidates(request: HttpRequest, pk: int, step: int) -> HttpResponse:
-    assignment = task_views._own_assignment(request, pk)
+def retry_candidates(request: LabelerRequest, pk: int, step: int) -> HttpResponse:
+    assignment = own_assignment(request, pk)
     try:
         phase_one_retry(assignment=assignment, step_index=step)
     except (AssignmentClosed, RatingRejected) as exc:
-        return task_views._refused(request, str(exc))
+        return refused(request, str(exc))
     return _after_click(request, assignment)

@@ -1,7 +1,9 @@
-"""Labeler pages. Each view: fetch and authorise, validate, one service call, render.
+"""Labeler pages and the phase-2 task. Each view: fetch and authorise, validate, one service call, render.
 
-htmx requests get the ``task-panel`` fragment of ``labeling/task.html``; the
-same URLs work as plain form posts that redirect (no JS needed).
+htmx requests get fragments of ``labeling/task.html``; the same URLs work as
+plain form posts that redirect (no JS needed). What a view answers with is
+built in labeling.web.respond, shared with the phase-1 views; the task URL
+shows whichever screen the assignment's phase needs.
 """
 
 from __future__ import annotations
@@ -9,16 +11,24 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
-from django_htmx.http import push_url
-from django_htmx.middleware import HtmxDetails
 
-from labeling.labelers import labeler_can_take_work, labeler_for_user
-from labeling.models import Assignment, FinishReason, Labeler, LabelerStatus
+from labeling.labelers import labeler_can_take_work
+from labeling.models import FinishReason, LabelerStatus
 from labeling.quality.control import labeler_screening_result
 from labeling.web.forms import RateForm, ReasonForm
+from labeling.web.respond import (
+    VERSION_HEADER,
+    LabelerRequest,
+    is_htmx,
+    labeler_of,
+    next_after_finish,
+    own_assignment,
+    refused,
+    task_response,
+)
 from labeling.work.assignment import (
     AssignmentClosed,
     AssignmentNotFound,
@@ -27,62 +37,14 @@ from labeling.work.assignment import (
     assignment_abandon,
 )
 from labeling.work.queue import LabelerMayNotWork, assignment_next
-from labeling.work.rating import alternatives_generated_attach, assignment_submit_for_user, step_rate_for_user
-from labeling.work.selectors import (
-    assignment_current,
-    assignments_of,
-    assignments_of_user,
-    labeler_stats,
-    task_screen,
-    task_screen_from,
-)
-
-VERSION_HEADER = "X-Rating-Version"
-
-
-def _htmx(request: HttpRequest) -> bool:
-    details: HtmxDetails | None = getattr(request, "htmx", None)  # set by HtmxMiddleware
-    return bool(details)
-
-
-def _labeler(request: HttpRequest) -> Labeler:
-    assert request.user.is_authenticated  # login_required ran first
-    return labeler_for_user(user=request.user)
-
-
-def _own_assignment(request: HttpRequest, pk: int) -> Assignment:
-    # Another labeler's assignment is indistinguishable from a missing one.
-    return get_object_or_404(assignments_of(labeler=_labeler(request)), pk=pk)
-
-
-def _refused(request: HttpRequest, message: str, *, status: int = 409) -> HttpResponse:
-    if _htmx(request):
-        return HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")
-    return render(request, "labeling/refused.html", {"message": message}, status=status)
-
-
-def _task_response(
-    request: HttpRequest, assignment: Assignment | None, *, status: int = 200, **extra: object
-) -> HttpResponse:
-    if assignment is not None and assignment.task.solution.steps is None:
-        # A phase-1 task: its own screen (imported here: that module imports this one).
-        from labeling.web.phase_one_views import phase_one_response
-
-        return phase_one_response(request, assignment, status=status, **extra)
-    pending = assignment is not None and alternatives_generated_attach(assignment=assignment)
-    screen = task_screen(assignment=assignment) if assignment is not None else None
-    template = "labeling/task.html#task-panel" if _htmx(request) else "labeling/task.html"
-    context = {"screen": screen, "alternatives_pending": pending, **extra}
-    response = render(request, template, context, status=status)
-    if screen is not None:
-        response[VERSION_HEADER] = f"{screen.assignment.pk}:{screen.version}"
-    return response
+from labeling.work.rating import assignment_submit, step_rate
+from labeling.work.selectors import assignment_current, labeler_stats, task_screen_from
 
 
 @login_required
 @require_GET
-def home(request: HttpRequest) -> HttpResponse:
-    labeler = _labeler(request)
+def home(request: LabelerRequest) -> HttpResponse:
+    labeler = labeler_of(request)
     context = {
         "labeler": labeler,
         "may_work": labeler_can_take_work(labeler),
@@ -99,14 +61,14 @@ def guide(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
-def next_task(request: HttpRequest) -> HttpResponse:
-    labeler = _labeler(request)
+def next_task(request: LabelerRequest) -> HttpResponse:
+    labeler = labeler_of(request)
     try:
         assignment = assignment_next(labeler=labeler)
     except LabelerMayNotWork:
         if labeler.status == LabelerStatus.FAILED_SCREENING:
             return redirect("screening-result")
-        return _refused(
+        return refused(
             request, f"Your account is {labeler.get_status_display()}: no tasks are handed out to it.", status=403
         )
     if assignment is None:
@@ -117,22 +79,21 @@ def next_task(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_GET
-def task(request: HttpRequest, pk: int) -> HttpResponse:
-    return _task_response(request, _own_assignment(request, pk))
+def task(request: LabelerRequest, pk: int) -> HttpResponse:
+    return task_response(request, own_assignment(request, pk))
 
 
 @login_required
 @require_POST
-def rate(request: HttpRequest, pk: int, step: int, completion: int) -> HttpResponse:
-    assert request.user.is_authenticated  # login_required ran first
+def rate(request: LabelerRequest, pk: int, step: int, completion: int) -> HttpResponse:
     form = RateForm(request.POST)
     if not form.is_valid():
         # Someone else's assignment answers 404 whatever the body says.
-        get_object_or_404(assignments_of_user(user_id=request.user.pk), pk=pk)
-        return _refused(request, "That rating could not be read; reload the page.", status=400)
+        own_assignment(request, pk)
+        return refused(request, "That rating could not be read; reload the page.", status=400)
     try:
         # Ownership is checked in the service's locking read: one query, not two.
-        outcome = step_rate_for_user(
+        outcome = step_rate(
             assignment_id=pk,
             user_id=request.user.pk,
             step_index=step,
@@ -144,13 +105,13 @@ def rate(request: HttpRequest, pk: int, step: int, completion: int) -> HttpRespo
     except AssignmentNotFound as exc:
         raise Http404("No such assignment.") from exc
     except (AssignmentClosed, RatingRejected) as exc:
-        return _refused(request, str(exc))
+        return refused(request, str(exc))
     assignment = outcome.assignment
-    if not _htmx(request):
+    if not is_htmx(request):
         return redirect(reverse("task", args=[assignment.pk]) + f"#step-{step}")
     if outcome.ratings is None:
         # Steps were dropped or alternatives appeared: the whole panel, afresh.
-        return _task_response(request, outcome.assignment)
+        return task_response(request, outcome.assignment)
     # The usual click: answer with the rated row, the step it revealed (if
     # any), the finish box and the cursor, swapped out of band; re-rendering
     # the whole panel on every click is what made a rating expensive.
@@ -169,79 +130,51 @@ def rate(request: HttpRequest, pk: int, step: int, completion: int) -> HttpRespo
 
 @login_required
 @require_POST
-def submit(request: HttpRequest, pk: int) -> HttpResponse:
-    assert request.user.is_authenticated  # login_required ran first
+def submit(request: LabelerRequest, pk: int) -> HttpResponse:
     try:
         # Ownership is checked in the service's locking read, as for a rating.
-        assignment_submit_for_user(assignment_id=pk, user_id=request.user.pk)
+        assignment_submit(assignment_id=pk, user_id=request.user.pk)
     except AssignmentNotFound as exc:
         raise Http404("No such assignment.") from exc
     except (AssignmentClosed, NotFinished) as exc:
-        return _refused(request, str(exc))
-    return _next_after_finish(request)
+        return refused(request, str(exc))
+    return next_after_finish(request)
 
 
 @login_required
 @require_POST
-def give_up(request: HttpRequest, pk: int) -> HttpResponse:
+def give_up(request: LabelerRequest, pk: int) -> HttpResponse:
     return _abandon(request, pk, FinishReason.GIVE_UP)
 
 
 @login_required
 @require_POST
-def bad_problem(request: HttpRequest, pk: int) -> HttpResponse:
+def bad_problem(request: LabelerRequest, pk: int) -> HttpResponse:
     return _abandon(request, pk, FinishReason.BAD_PROBLEM)
 
 
-def _abandon(request: HttpRequest, pk: int, reason: FinishReason) -> HttpResponse:
-    assignment = _own_assignment(request, pk)
+def _abandon(request: LabelerRequest, pk: int, reason: FinishReason) -> HttpResponse:
+    assignment = own_assignment(request, pk)
     form = ReasonForm(request.POST)
     if not form.is_valid():
         # 422 is swapped in by htmx (see base.html's htmx-config), so the form
         # comes back with its error and the reason typed so far.
-        return _task_response(request, assignment, status=422, reason_form=form, reason_kind=reason.value)
+        return task_response(request, assignment, status=422, reason_form=form, reason_kind=reason.value)
     try:
         assignment_abandon(assignment=assignment, finish_reason=reason, reason_text=form.cleaned_data["reason"])
     except (AssignmentClosed, RatingRejected) as exc:
-        return _refused(request, str(exc))
-    return _next_after_finish(request)
+        return refused(request, str(exc))
+    return next_after_finish(request)
 
 
-def _next_after_finish(request: HttpRequest) -> HttpResponse:
-    # Finishing hands over the next task at once: the labeler asked for work
-    # by starting, and keeps it until they stop.
-    labeler = _labeler(request)
-    try:
-        following = assignment_next(labeler=labeler)
-    except LabelerMayNotWork:
-        following = None
-    if following is None and labeler.status == LabelerStatus.FAILED_SCREENING:
-        return _screening_redirect(request)
-    if not _htmx(request):
-        if following is None:
-            messages.info(request, "Saved. No more tasks are waiting for you right now.")
-            return redirect("home")
-        return redirect("task", pk=following.pk)
-    response = _task_response(request, following, finished=True)
-    return push_url(response, reverse("task", args=[following.pk]) if following else reverse("home"))
-
-
-# --- Screening (labeling.quality) ---------------------------------------------
-
-
-def _screening_redirect(request: HttpRequest) -> HttpResponse:
-    if _htmx(request):
-        response = HttpResponse(status=204)
-        response["HX-Redirect"] = reverse("screening-result")
-        return response
-    return redirect("screening-result")
+# --- Screening (labeling.quality.control) ------------------------------------
 
 
 @login_required
 @require_GET
-def screening_result(request: HttpRequest) -> HttpResponse:
+def screening_result(request: LabelerRequest) -> HttpResponse:
     """The labeler's own screening: progress, then the overall result (never per-item answers)."""
-    labeler = _labeler(request)
+    labeler = labeler_of(request)
     return render(
         request, "labeling/screening.html", {"labeler": labeler, "result": labeler_screening_result(labeler=labeler)}
     )

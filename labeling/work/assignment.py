@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import orjson
 from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection, models, transaction
 from django.db.models import Count, F, OuterRef, Subquery
 from django.utils import timezone
@@ -56,6 +57,32 @@ class RatingRow:
     version: int
     flagged: bool | None = None
     text: str = ""
+
+
+def is_phase_one(assignment: Assignment) -> bool:
+    """Whether the labeler builds the solution step by step (phase 1) rather than rating given steps (phase 2).
+
+    Phase-1 tasks point at their problem's placeholder solution, which has no
+    steps (their generation's ``phase`` says the same); the steps are what the
+    screens and services go by, and the locking read loads them anyway.
+    """
+    return assignment.task.solution.steps is None
+
+
+def assignment_for_labeler(*, user: AbstractBaseUser, pk: int) -> Assignment:
+    """Assignment ``pk`` of the labeler signed in as ``user``, with its task, solution and problem.
+
+    The one ownership check of the pages and the API: another labeler's
+    assignment is AssignmentNotFound, exactly like a missing one. A write that
+    starts from a request checks the owner inside its locking read instead
+    (``assignment_lock_row``), where it costs no query of its own.
+    """
+    assignment = (
+        Assignment.objects.select_related("task__solution__problem").filter(pk=pk, labeler__user_id=user.pk).first()
+    )
+    if assignment is None:
+        raise AssignmentNotFound(pk)
+    return assignment
 
 
 def assignment_lock(assignment: Assignment) -> Assignment:

@@ -38,6 +38,7 @@ from labeling.work.assignment import (
     assignment_finish,
     assignment_lock,
     assignment_time_add,
+    is_phase_one,
     rating_request_check,
 )
 from labeling.work.queue import lease_expiry
@@ -46,11 +47,6 @@ from labeling.work.queue import lease_expiry
 _RNG = random.Random()
 
 OWN_STEP = "own"
-
-
-def is_phase_one(assignment: Assignment) -> bool:
-    """Phase-1 tasks point at their problem's placeholder solution, which has no steps."""
-    return assignment.task.solution.steps is None
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ from labeling.work.assignment import (
     assignment_lock,
     assignment_lock_row,
     assignment_time_add,
+    is_phase_one,
     rating_request_check,
     rating_rows,
 )
@@ -75,35 +76,7 @@ def _progress(step_count: int, rows: list[RatingRow]) -> Progress:
     return progress_compute(step_count=step_count, own_ratings=own, alternative_ratings=alternatives)
 
 
-def assignment_progress(*, assignment: Assignment) -> Progress:
-    steps = assignment.task.solution.steps or []
-    return _progress(len(steps), rating_rows(assignment))
-
-
 def step_rate(
-    *,
-    assignment: Assignment,
-    step_index: int,
-    completion_index: int,
-    rating: int | None,
-    flagged: bool,
-    version: int,
-    now: datetime | None = None,
-) -> bool:
-    """Store one completion's rating and flag; False when the request was stale or a repeat (nothing changed)."""
-    return step_rate_for_user(
-        assignment_id=assignment.pk,
-        user_id=None,
-        step_index=step_index,
-        completion_index=completion_index,
-        rating=rating,
-        flagged=flagged,
-        version=version,
-        now=now,
-    ).applied
-
-
-def step_rate_for_user(
     *,
     assignment_id: int,
     user_id: int | None,
@@ -114,10 +87,12 @@ def step_rate_for_user(
     version: int,
     now: datetime | None = None,
 ) -> Rated:
-    """step_rate, telling the caller what changed so that it can answer with just that.
+    """Store one completion's rating and flag; says what changed, so that the caller can answer with just that.
 
-    ``user_id``: only that labeler's assignment is found (AssignmentNotFound
-    otherwise); None skips the ownership check (services and tests).
+    ``user_id``: the signed-in labeler, whose assignment it must be
+    (AssignmentNotFound otherwise), checked in the locking read; None for a
+    service or test acting on an assignment it already holds. ``applied`` is
+    False when the request was stale or a repeat (nothing changed).
 
     Queries, the common case (a step rated in place or the next step rated):
     one locking read of the assignment (ownership, status, lease, steps), one
@@ -127,30 +102,29 @@ def step_rate_for_user(
     """
     rating_request_check(rating=rating, version=version)
     now = now or timezone.now()
-    request = _RateRequest(step_index, completion_index, rating, flagged, version)
-    try:
+
+    def rate(*, task_lock: bool) -> Rated:
         with transaction.atomic():
-            locked = assignment_lock_row(assignment_id=assignment_id, user_id=user_id, now=now, task_lock=False)
-            return _rate(locked, request, now=now)
+            locked = assignment_lock_row(assignment_id=assignment_id, user_id=user_id, now=now, task_lock=task_lock)
+            return _rate(locked, step_index, completion_index, rating, flagged, version, now=now)
+
+    try:
+        return rate(task_lock=False)
     except LeaseNearExpiry:
         # Nothing was written; again, with the task row locked first.
-        with transaction.atomic():
-            locked = assignment_lock_row(assignment_id=assignment_id, user_id=user_id, now=now, task_lock=True)
-            return _rate(locked, request, now=now)
+        return rate(task_lock=True)
 
 
-@dataclass(frozen=True)
-class _RateRequest:
-    step_index: int
-    completion_index: int
-    rating: int | None
-    flagged: bool
-    version: int
-
-
-def _rate(locked: Assignment, request: _RateRequest, *, now: datetime) -> Rated:
-    step_index, completion_index, version = request.step_index, request.completion_index, request.version
-    rating, flagged = request.rating, request.flagged
+def _rate(
+    locked: Assignment,
+    step_index: int,
+    completion_index: int,
+    rating: int | None,
+    flagged: bool,
+    version: int,
+    *,
+    now: datetime,
+) -> Rated:
     solution = locked.task.solution
     steps: list[str] = solution.steps or []
     rows = rating_rows(locked)
@@ -368,20 +342,18 @@ def _attach_generated(locked: Assignment, steps: list[str], rows: list[RatingRow
     return _Attach.ATTACHED
 
 
-def assignment_submit(*, assignment: Assignment, now: datetime | None = None) -> FinishReason:
-    """Finish with the reason the ratings call for (found_error or solution)."""
-    return assignment_submit_for_user(assignment_id=assignment.pk, user_id=None, now=now)
+def assignment_submit(*, assignment_id: int, user_id: int | None, now: datetime | None = None) -> FinishReason:
+    """Finish with the reason the ratings call for (found_error or solution).
 
-
-def assignment_submit_for_user(*, assignment_id: int, user_id: int | None, now: datetime | None = None) -> FinishReason:
-    """assignment_submit for the labeler signed in as ``user_id``: AssignmentNotFound when it is not theirs."""
+    ``user_id`` as for step_rate: the owner is checked in the locking read.
+    """
     now = now or timezone.now()
     with transaction.atomic():
         locked = assignment_lock_row(assignment_id=assignment_id, user_id=user_id, now=now, task_lock=True)
-        steps = locked.task.solution.steps
-        if steps is None:
-            # Phase 1 ends when the solution reaches a final answer (labeling.phase_one).
+        if is_phase_one(locked):
+            # Phase 1 ends when the solution reaches a final answer (labeling.work.phase_one).
             raise NotFinished("Continue until the solution reaches its final answer, or give up.")
+        steps = locked.task.solution.steps or []
         rows = rating_rows(locked)
         # Alternatives generated for the error step are attached here and
         # committed, then the labeler rates them before finishing.

@@ -85,19 +85,6 @@ def labeler_seconds_per_step(*, labeler: Labeler) -> list[float]:
     return [(ms or 0) / 1000 / n for ms, n in per_assignment]
 
 
-def assignments_of(*, labeler: Labeler) -> QuerySet[Assignment]:
-    """The only way views look up an assignment: another labeler's id is simply not found."""
-    return Assignment.objects.filter(labeler=labeler).select_related("task__solution__problem")
-
-
-def assignments_of_user(*, user_id: int) -> QuerySet[Assignment]:
-    """assignments_of for the hot htmx endpoints: one query, no Labeler get-or-create, nothing joined.
-
-    A signed-in user without a Labeler row has no assignments, so this finds
-    exactly what assignments_of finds."""
-    return Assignment.objects.filter(labeler__user_id=user_id)
-
-
 def assignment_current(*, labeler: Labeler) -> Assignment | None:
     return Assignment.objects.filter(labeler=labeler, status=AssignmentStatus.IN_PROGRESS).first()
 

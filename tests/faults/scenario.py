@@ -136,11 +136,11 @@ def export_writers(*, seconds: float, log: str, go: str) -> dict[str, Any]:
                 if assignment is None:
                     return
                 for index in range(len(STEPS)):
-                    step_rate(assignment=assignment, step_index=index, completion_index=0, rating=1, flagged=False,
-                              version=index + 1)  # fmt: skip
+                    step_rate(assignment_id=assignment.pk, user_id=None, step_index=index, completion_index=0,
+                              rating=1, flagged=False, version=index + 1)  # fmt: skip
                     counts["ratings"] += 1
                 with submit_lock:
-                    assignment_submit(assignment=assignment)
+                    assignment_submit(assignment_id=assignment.pk, user_id=None)
                     sink.write(f"{assignment.pk}\n")
                     sink.flush()
                     counts["submits"] += 1

@@ -45,11 +45,12 @@ def label(assignment: Assignment, ratings: Sequence[int]) -> None:
     """Rate the solution's own steps in order and submit (stops at the first -1)."""
     for index, rating in enumerate(ratings):
         step_rate(
-            assignment=assignment, step_index=index, completion_index=0, rating=rating, flagged=False, version=index + 1
-        )
+            assignment_id=assignment.pk, user_id=None, step_index=index, completion_index=0, rating=rating,
+            flagged=False, version=index + 1,
+        )  # fmt: skip
         if rating == -1:
             break
-    assignment_submit(assignment=assignment)
+    assignment_submit(assignment_id=assignment.pk, user_id=None)
 
 
 AGREE = [1, 1, -1]  # first error at step index 2: agrees with the default gold

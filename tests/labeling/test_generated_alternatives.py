@@ -36,8 +36,24 @@ def generator_configured(settings):
 
 def _rate_until_error(assignment: Assignment, django_capture_on_commit_callbacks) -> None:
     with django_capture_on_commit_callbacks(execute=False) as queued:
-        step_rate(assignment=assignment, step_index=0, completion_index=0, rating=1, flagged=False, version=1)
-        step_rate(assignment=assignment, step_index=1, completion_index=0, rating=-1, flagged=False, version=2)
+        step_rate(
+            assignment_id=assignment.pk,
+            user_id=None,
+            step_index=0,
+            completion_index=0,
+            rating=1,
+            flagged=False,
+            version=1,
+        )
+        step_rate(
+            assignment_id=assignment.pk,
+            user_id=None,
+            step_index=1,
+            completion_index=0,
+            rating=-1,
+            flagged=False,
+            version=2,
+        )
     assert len(queued) == 1  # one generation task, queued after commit
 
 
@@ -50,7 +66,7 @@ def test_it_asks_for_alternatives_and_waits_for_them(generator_configured, djang
     pending = StepCandidateSet.objects.get(assignment=assignment, step_index=1)
     assert pending.status == CandidateSetStatus.PENDING
     with pytest.raises(NotFinished, match="still being generated"):
-        assignment_submit(assignment=assignment)
+        assignment_submit(assignment_id=assignment.pk, user_id=None)
 
 
 def test_it_shows_ready_alternatives_rates_them_and_exports_them(
@@ -78,11 +94,15 @@ def test_it_shows_ready_alternatives_rates_them_and_exports_them(
     stored = list(StepAlternative.objects.values_list("step_index", "ordinal", "text", "source_model"))
     assert stored == [(1, 1, "Alt A: $x = 7$.", "m"), (1, 2, "Alt B: $x=5$.", "m")]
     with pytest.raises(NotFinished):
-        assignment_submit(assignment=assignment)  # alternatives must be rated first
+        assignment_submit(assignment_id=assignment.pk, user_id=None)  # alternatives must be rated first
 
-    step_rate(assignment=assignment, step_index=1, completion_index=1, rating=1, flagged=False, version=3)
-    step_rate(assignment=assignment, step_index=1, completion_index=2, rating=0, flagged=False, version=4)
-    assert assignment_submit(assignment=assignment) == FinishReason.FOUND_ERROR
+    step_rate(
+        assignment_id=assignment.pk, user_id=None, step_index=1, completion_index=1, rating=1, flagged=False, version=3
+    )
+    step_rate(
+        assignment_id=assignment.pk, user_id=None, step_index=1, completion_index=2, rating=0, flagged=False, version=4
+    )
+    assert assignment_submit(assignment_id=assignment.pk, user_id=None) == FinishReason.FOUND_ERROR
 
     out = tmp_path / "out.jsonl"
     call_command("export_prm800k", "--output", str(out), "--no-progress")
@@ -103,14 +123,22 @@ def test_a_failed_generation_does_not_block_the_task(generator_configured, djang
     _rate_until_error(assignment, django_capture_on_commit_callbacks)
     StepCandidateSet.objects.filter(assignment=assignment).update(status=CandidateSetStatus.FAILED, error="503")
 
-    assert assignment_submit(assignment=assignment) == FinishReason.FOUND_ERROR
+    assert assignment_submit(assignment_id=assignment.pk, user_id=None) == FinishReason.FOUND_ERROR
 
 
 def test_nothing_is_asked_without_a_generator(django_capture_on_commit_callbacks):
     make_task(generation=make_generation())
     assignment = assignment_next(labeler=make_labeler())
     with django_capture_on_commit_callbacks(execute=False) as queued:
-        step_rate(assignment=assignment, step_index=0, completion_index=0, rating=-1, flagged=False, version=1)
+        step_rate(
+            assignment_id=assignment.pk,
+            user_id=None,
+            step_index=0,
+            completion_index=0,
+            rating=-1,
+            flagged=False,
+            version=1,
+        )
 
     assert queued == [] and not StepCandidateSet.objects.exists()
-    assert assignment_submit(assignment=assignment) == FinishReason.FOUND_ERROR
+    assert assignment_submit(assignment_id=assignment.pk, user_id=None) == FinishReason.FOUND_ERROR

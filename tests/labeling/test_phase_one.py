@@ -350,7 +350,7 @@ def test_give_up_ends_a_phase_one_task_with_the_current_step_undecided(client, a
 
 def test_the_phase_two_submit_refuses_a_phase_one_assignment(assignment):
     with pytest.raises(NotFinished):
-        assignment_submit(assignment=assignment)
+        assignment_submit(assignment_id=assignment.pk, user_id=None)
 
 
 def test_another_labelers_assignment_is_not_found(client, assignment):

@@ -117,7 +117,16 @@ def test_it_requeues_an_expired_lease_and_marks_the_old_assignment_expired(setti
     slow, quick = make_labeler(), make_labeler()
     start = timezone.now()
     lost = assignment_next(labeler=slow, now=start)
-    step_rate(assignment=lost, step_index=0, completion_index=0, rating=1, flagged=False, version=1, now=start)
+    step_rate(
+        assignment_id=lost.pk,
+        user_id=None,
+        step_index=0,
+        completion_index=0,
+        rating=1,
+        flagged=False,
+        version=1,
+        now=start,
+    )
     later = start + timedelta(seconds=settings.LEASE_SECONDS + 1)
 
     taken = assignment_next(labeler=quick, now=later)

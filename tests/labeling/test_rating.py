@@ -17,7 +17,7 @@ from labeling.work.assignment import (
     assignment_abandon,
 )
 from labeling.work.queue import assignment_next
-from labeling.work.rating import assignment_submit, assignment_submit_for_user, step_rate, step_rate_for_user
+from labeling.work.rating import assignment_submit, step_rate
 from tests.labeling.workflow_factories import STEPS, make_generation, make_labeler, make_task
 
 pytestmark = pytest.mark.django_db
@@ -45,14 +45,15 @@ class Clicks:
         self.version += 1
         self.now += timedelta(seconds=1)
         return step_rate(
-            assignment=self.assignment,
+            assignment_id=self.assignment.pk,
+            user_id=None,
             step_index=step,
             completion_index=completion,
             rating=rating,
             flagged=flagged,
             version=self.version,
             now=self.now,
-        )
+        ).applied
 
 
 def _layout(assignment: Assignment) -> list[tuple[int, int | None, list[tuple[int, int | None, bool | None]]]]:
@@ -83,16 +84,24 @@ def test_it_keeps_chosen_completion_zero_on_passed_steps_and_null_at_the_stop(t0
 
 def test_it_ignores_a_repeated_request(t0):
     a = _start(t0)
-    assert step_rate(assignment=a, step_index=0, completion_index=0, rating=1, flagged=False, version=5, now=t0)
-    assert not step_rate(assignment=a, step_index=0, completion_index=0, rating=1, flagged=False, version=5, now=t0)
+    assert step_rate(
+        assignment_id=a.pk, user_id=None, step_index=0, completion_index=0, rating=1, flagged=False, version=5, now=t0
+    ).applied
+    assert not step_rate(
+        assignment_id=a.pk, user_id=None, step_index=0, completion_index=0, rating=1, flagged=False, version=5, now=t0
+    ).applied
     assert StepRating.objects.count() == 1
     assert LabeledStep.objects.count() == 1
 
 
 def test_it_does_not_let_a_stale_version_overwrite_a_newer_rating(t0):
     a = _start(t0)
-    step_rate(assignment=a, step_index=0, completion_index=0, rating=0, flagged=True, version=7, now=t0)
-    applied = step_rate(assignment=a, step_index=0, completion_index=0, rating=1, flagged=False, version=6, now=t0)
+    step_rate(
+        assignment_id=a.pk, user_id=None, step_index=0, completion_index=0, rating=0, flagged=True, version=7, now=t0
+    )
+    applied = step_rate(
+        assignment_id=a.pk, user_id=None, step_index=0, completion_index=0, rating=1, flagged=False, version=6, now=t0
+    ).applied
     assert applied is False
     assert StepRating.objects.values_list("rating", "flagged", "version").get() == (0, True, 7)
 
@@ -148,11 +157,19 @@ def test_it_continues_when_the_negative_step_turns_non_negative(t0):
 
 def test_it_does_not_bring_back_a_rating_a_newer_click_deleted(t0):
     a = _start(t0)
-    step_rate(assignment=a, step_index=0, completion_index=0, rating=1, flagged=False, version=1, now=t0)
+    step_rate(
+        assignment_id=a.pk, user_id=None, step_index=0, completion_index=0, rating=1, flagged=False, version=1, now=t0
+    )
     # version 3 (step 0 -> -1, which drops step 1) lands before version 2 (rate step 1).
-    step_rate(assignment=a, step_index=0, completion_index=0, rating=-1, flagged=False, version=3, now=t0)
-    step_rate(assignment=a, step_index=0, completion_index=0, rating=1, flagged=False, version=4, now=t0)
-    late = step_rate(assignment=a, step_index=1, completion_index=0, rating=-1, flagged=False, version=2, now=t0)
+    step_rate(
+        assignment_id=a.pk, user_id=None, step_index=0, completion_index=0, rating=-1, flagged=False, version=3, now=t0
+    )
+    step_rate(
+        assignment_id=a.pk, user_id=None, step_index=0, completion_index=0, rating=1, flagged=False, version=4, now=t0
+    )
+    late = step_rate(
+        assignment_id=a.pk, user_id=None, step_index=1, completion_index=0, rating=-1, flagged=False, version=2, now=t0
+    ).applied
     assert late is False
     assert _layout(a) == [(0, None, [(0, 1, None)])]
 
@@ -164,10 +181,10 @@ def test_it_asks_for_the_alternatives_at_the_error_and_then_finishes_with_found_
     click(1, -1)
     assert _layout(a) == [(0, 0, [(0, 1, None)]), (1, None, [(0, -1, None), (1, None, False), (2, None, False)])]
     with pytest.raises(NotFinished):
-        assignment_submit(assignment=a)
+        assignment_submit(assignment_id=a.pk, user_id=None)
     click(1, 0, completion=1)
     click(1, -1, completion=2, flagged=True)
-    assert assignment_submit(assignment=a, now=click.now) == FinishReason.FOUND_ERROR
+    assert assignment_submit(assignment_id=a.pk, user_id=None, now=click.now) == FinishReason.FOUND_ERROR
     assert _layout(a) == [(0, 0, [(0, 1, None)]), (1, None, [(0, -1, None), (1, 0, False), (2, -1, True)])]
     assert StepRating.objects.get(completion_index=1).text == "Alternative A $y$"
 
@@ -196,9 +213,9 @@ def test_it_finishes_with_solution_after_the_last_step(t0):
     for i in range(len(STEPS) - 1):
         click(i, 1)
     with pytest.raises(NotFinished):
-        assignment_submit(assignment=a)
+        assignment_submit(assignment_id=a.pk, user_id=None)
     click(len(STEPS) - 1, 0)
-    assert assignment_submit(assignment=a, now=click.now) == FinishReason.SOLUTION
+    assert assignment_submit(assignment_id=a.pk, user_id=None, now=click.now) == FinishReason.SOLUTION
     a.refresh_from_db()
     assert (a.status, a.finish_reason, a.submitted_at) == (AssignmentStatus.SUBMITTED, "solution", click.now)
     assert [s.chosen_completion for s in a.labeled_steps.order_by("index")] == [0, 0, 0, 0, None]
@@ -210,7 +227,7 @@ def test_it_makes_a_submitted_assignment_read_only(t0):
     a = _start(t0)
     click = Clicks(a, t0)
     click(0, -1)
-    assignment_submit(assignment=a)
+    assignment_submit(assignment_id=a.pk, user_id=None)
     with pytest.raises(AssignmentClosed):
         click(0, 1)
     with pytest.raises(AssignmentClosed):
@@ -251,8 +268,9 @@ def test_it_counts_time_between_events_but_not_idle_gaps(t0, settings):
 
     def rate(step: int, at: timedelta, version: int) -> None:
         step_rate(
-            assignment=a, step_index=step, completion_index=0, rating=1, flagged=False, version=version, now=t0 + at
-        )
+            assignment_id=a.pk, user_id=None, step_index=step, completion_index=0, rating=1, flagged=False,
+            version=version, now=t0 + at,
+        )  # fmt: skip
 
     rate(0, timedelta(seconds=20), 1)  # +20 s from the hand-out
     rate(1, timedelta(seconds=50), 2)  # +30 s
@@ -269,7 +287,16 @@ def test_it_counts_time_between_events_but_not_idle_gaps(t0, settings):
 def test_it_renews_the_lease_on_every_rating(t0, settings):
     a = _start(t0)
     later = t0 + timedelta(seconds=100)
-    step_rate(assignment=a, step_index=0, completion_index=0, rating=1, flagged=False, version=1, now=later)
+    step_rate(
+        assignment_id=a.pk,
+        user_id=None,
+        step_index=0,
+        completion_index=0,
+        rating=1,
+        flagged=False,
+        version=1,
+        now=later,
+    )
     a.refresh_from_db()
     assert a.lease_expires_at == later + timedelta(seconds=settings.LEASE_SECONDS)
 
@@ -292,7 +319,7 @@ def test_the_label_frozen_at_submit_is_exactly_the_one_rebuilt_from_the_rows(t0)
     click(2, -1)
     click(2, 1, completion=1)
     click(2, 0, completion=2, flagged=True)
-    assignment_submit(assignment=a, now=click.now)
+    assignment_submit(assignment_id=a.pk, user_id=None, now=click.now)
     a.refresh_from_db()
     # Byte for byte: the export writes the frozen copy as it is.
     assert a.label_steps_json == label_steps_freeze(assignment_id=a.pk)
@@ -303,17 +330,17 @@ def test_another_labelers_assignment_is_not_found_and_nothing_changes(t0):
     a = _start(t0)
     other = make_labeler()
     with pytest.raises(AssignmentNotFound):
-        step_rate_for_user(
+        step_rate(
             assignment_id=a.pk, user_id=other.user_id, step_index=0, completion_index=0, rating=1, flagged=False,
             version=1, now=t0,
         )  # fmt: skip
     with pytest.raises(AssignmentNotFound):
-        assignment_submit_for_user(assignment_id=a.pk, user_id=other.user_id, now=t0)
+        assignment_submit(assignment_id=a.pk, user_id=other.user_id, now=t0)
     assert not StepRating.objects.exists()
     a.refresh_from_db()
     assert (a.status, a.total_time_ms, a.lease_expires_at) == (AssignmentStatus.IN_PROGRESS, 0, a.lease_expires_at)
     # The owner's own id works.
-    outcome = step_rate_for_user(
+    outcome = step_rate(
         assignment_id=a.pk, user_id=a.labeler.user_id, step_index=0, completion_index=0, rating=1, flagged=False,
         version=1, now=t0,
     )  # fmt: skip
@@ -324,7 +351,16 @@ def test_a_rating_just_before_the_lease_runs_out_counts_and_renews_it(t0, settin
     a = _start(t0)
     assert a.lease_expires_at is not None
     almost = a.lease_expires_at - timedelta(seconds=1)
-    assert step_rate(assignment=a, step_index=0, completion_index=0, rating=1, flagged=False, version=1, now=almost)
+    assert step_rate(
+        assignment_id=a.pk,
+        user_id=None,
+        step_index=0,
+        completion_index=0,
+        rating=1,
+        flagged=False,
+        version=1,
+        now=almost,
+    ).applied
     a.refresh_from_db()
     assert a.lease_expires_at == almost + timedelta(seconds=settings.LEASE_SECONDS)
 
@@ -336,5 +372,14 @@ def test_a_lease_handed_to_someone_else_takes_no_more_ratings(t0, settings):
     # The task is open again, so the next labeler gets it and a is expired.
     assert assignment_next(labeler=make_labeler(), now=later).task_id == a.task_id
     with pytest.raises(AssignmentClosed, match="went to another labeler"):
-        step_rate(assignment=a, step_index=1, completion_index=0, rating=1, flagged=False, version=2, now=later)
+        step_rate(
+            assignment_id=a.pk,
+            user_id=None,
+            step_index=1,
+            completion_index=0,
+            rating=1,
+            flagged=False,
+            version=2,
+            now=later,
+        )
     assert StepRating.objects.count() == 1

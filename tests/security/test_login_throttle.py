@@ -110,7 +110,7 @@ def test_it_shares_the_counters_between_processes() -> None:
     script = (
         "import django; django.setup()\n"
         "from django.conf import settings\n"
-        "from labeling.auth import login_failure_record\n"
+        "from labeling.web.auth import login_failure_record\n"
         "for _ in range(settings.LOGIN_FAILURES_PER_ADDRESS):\n"
         f"    login_failure_record(username='alice', address='{ATTACKER}')\n"
     )
