@@ -342,7 +342,3 @@ def iter_records(path: Path) -> Iterator[tuple[int, Record]]:
     source = str(path)
     for number, obj in iter_json_objects(path):
         yield number, validate_record(obj, source=source, line=number)
-
-
-def dumps_line(record: dict[str, Any]) -> bytes:
-    return orjson.dumps(record) + b"\n"

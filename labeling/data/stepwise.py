@@ -83,16 +83,6 @@ def stepwise_row(record: dict[str, Any], *, neutral: Neutral = Neutral.POSITIVE)
     return {"prompt": record["question"]["problem"], "completions": completions, "labels": labels}
 
 
-def iter_stepwise_rows(
-    filters: ExportFilters | None = None, *, neutral: Neutral = Neutral.POSITIVE
-) -> Iterator[dict[str, Any]]:
-    """Rows in assignment order. Call inside ``read_snapshot()`` for a consistent view."""
-    for record in iter_prm800k_records(filters):
-        row = stepwise_row(record, neutral=neutral)
-        if row is not None:
-            yield row
-
-
 def parquet_available() -> bool:
     return importlib.util.find_spec("pyarrow") is not None
 

@@ -8,7 +8,6 @@ the API and the labeler's own screening page. The arithmetic lives in
 from __future__ import annotations
 
 import hashlib
-import random
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -317,19 +316,6 @@ def overlap_labelers_needed(*, key: str, share_: float | None = None) -> int:
     fraction = settings.OVERLAP_SHARE if share_ is None else share_
     bucket = int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big") / 2**64
     return 2 if bucket < fraction else 1
-
-
-def generation_overlap_apply(*, generation: Generation, share_: float | None = None, seed: int | None = None) -> int:
-    """Give a random OVERLAP_SHARE of the generation's open, unassigned normal tasks labelers_needed=2."""
-    fraction = settings.OVERLAP_SHARE if share_ is None else share_
-    ids = list(
-        Task.objects.filter(generation=generation, kind=TaskKind.NORMAL, status=TaskStatus.OPEN, labelers_needed=1)
-        .exclude(Exists(Assignment.objects.filter(task_id=OuterRef("pk"))))
-        .order_by("pk")
-        .values_list("pk", flat=True)
-    )
-    chosen = random.Random(seed).sample(ids, round(len(ids) * fraction))
-    return Task.objects.filter(pk__in=chosen).update(labelers_needed=2)
 
 
 @dataclass(frozen=True)

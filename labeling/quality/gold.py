@@ -107,12 +107,6 @@ def gold_set(*, solution: Solution, steps: Sequence[GoldStepSpec]) -> list[GoldS
         return GoldStep.objects.bulk_create(rows)
 
 
-def gold_clear(*, solution: Solution) -> int:
-    """The solution is no longer gold; its screening/QC tasks stop being served."""
-    deleted, _ = GoldStep.objects.filter(solution=solution).delete()
-    return deleted
-
-
 def solution_is_gold(*, solution: Solution) -> bool:
     return GoldStep.objects.filter(solution=solution).exists()
 
