@@ -35,7 +35,6 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timedelta
-from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 from django.conf import settings
@@ -52,6 +51,7 @@ from activelearn.models import (
     ScoreChunkStatus,
     SolutionScore,
 )
+from annotate.celery import send_after_commit
 from labeling.models import (
     RUNNING_GENERATION_STATUSES,
     Generation,
@@ -363,23 +363,14 @@ def generation_close(*, generation_id: int) -> Generation:
 # --- Enqueueing ---------------------------------------------------------------------
 
 
-def _send(task_name: str, args: tuple[int, ...], queue: str, soft_limit: int) -> None:
-    from annotate.celery import app
-
-    app.send_task(
-        task_name,
+def _enqueue(task: str, *args: int, gpu: bool, soft_limit: int) -> None:
+    send_after_commit(
+        f"activelearn.tasks.{task}",
         args=args,
-        queue=queue,
+        queue=settings.PIPELINE_GPU_QUEUE if gpu else settings.PIPELINE_CPU_QUEUE,
         soft_time_limit=soft_limit,
         time_limit=soft_limit + settings.PIPELINE_HARD_LIMIT_GRACE_S,
     )
-
-
-def _enqueue(task: str, *args: int, gpu: bool, soft_limit: int) -> None:
-    # After commit only: a worker must find the rows this transaction wrote. A partial
-    # (not a lambda) so tests can read what was queued from captured callbacks.
-    queue = settings.PIPELINE_GPU_QUEUE if gpu else settings.PIPELINE_CPU_QUEUE
-    transaction.on_commit(partial(_send, f"activelearn.tasks.{task}", args, queue, soft_limit))
 
 
 def generation_dispatch(*, generation_id: int) -> None:

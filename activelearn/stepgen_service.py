@@ -23,7 +23,6 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
-from celery import shared_task
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
@@ -37,6 +36,7 @@ from activelearn.stepgen.base import (
     StepGenerator,
 )
 from activelearn.stepgen.openai_http import OpenAICompletionsGenerator
+from annotate.celery import task
 from labeling.models import Assignment, CandidateSetStatus, LabeledStep, StepCandidateSet
 
 logger = logging.getLogger(__name__)
@@ -346,7 +346,7 @@ def candidates_generate(
     return stored
 
 
-@shared_task(acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
+@task()
 def generate_step_candidates(*, assignment_id: int, step_index: int) -> str:
     """Thin: compute and store candidates for one (assignment, step)."""
     return candidates_generate(assignment_id=assignment_id, step_index=step_index).status

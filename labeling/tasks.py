@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from celery import shared_task
-
+from annotate.celery import task
 from labeling.data.exportjobs import export_job_run
 
 
-@shared_task(acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
+@task()
 def run_export_job(*, job_id: int) -> None:
     """Run one ExportJob (labeling.exportjobs); the row records the outcome."""
     export_job_run(job_id=job_id)

@@ -1,6 +1,6 @@
 """Export jobs: an export asked for in a request and run by a Celery worker.
 
-A request only creates the ExportJob row (QUEUED) and enqueues
+A request only creates the ExportJob row (QUEUED) and sends
 ``labeling.tasks.run_export_job`` after commit; the worker claims the row
 (RUNNING), writes the file with the same streaming, snapshot-consistent code
 as the management commands, and records the manifest (DONE) or the error
@@ -19,9 +19,10 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import connection, transaction
+from django.db import connection
 from django.utils import timezone
 
+from annotate.celery import send_after_commit
 from labeling.data.exports import ExportFilters, prm800k_export
 from labeling.data.files import ExportResult
 from labeling.data.stepwise import Neutral, stepwise_export
@@ -54,14 +55,11 @@ def export_job_create(
     requested_by: User | None,
 ) -> ExportJob:
     """Record the request and enqueue its run after commit (never run in the request)."""
-    from labeling.tasks import run_export_job
-
     stored: dict[str, Any] = {**dataclasses.asdict(filters), "generations": list(filters.generations)}
     if export_format != ExportFormat.PRM800K:
         stored["neutral"] = neutral.value
     job = ExportJob.objects.create(format=export_format, filters=stored, requested_by=requested_by)
-    job_id = job.pk
-    transaction.on_commit(lambda: run_export_job.delay(job_id=job_id))
+    send_after_commit("labeling.tasks.run_export_job", kwargs={"job_id": job.pk})
     return job
 
 
