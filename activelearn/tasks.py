@@ -107,3 +107,15 @@ def pipeline_cadence_task() -> None:
     from activelearn.reconciler import pipeline_cadence
 
     pipeline_cadence()
+
+
+# --- Step candidates (activelearn.stepgen_service) ----------------------------------
+# Queued by labeling.work.candidates on STEPGEN_QUEUE. The task lived in the service
+# module once; its registered name stays, as messages in flight carry it.
+
+
+@task(name="activelearn.stepgen_service.generate_step_candidates")
+def generate_step_candidates(*, assignment_id: int, step_index: int) -> str:
+    from activelearn.stepgen_service import candidates_generate
+
+    return candidates_generate(assignment_id=assignment_id, step_index=step_index).status

@@ -397,9 +397,7 @@ STEPGEN_RETRIES = envint("STEPGEN_RETRIES", 2, minimum=0)
 STEPGEN_QUEUE = envstr("STEPGEN_QUEUE", "gpu" if STEPGEN_BACKEND == "local" else "cpu")
 # A slot pending longer than this is taken to be lost (worker died) and is re-queued.
 STEPGEN_PENDING_TIMEOUT_S = envint("STEPGEN_PENDING_TIMEOUT_S", 10 * 60, minimum=1)
-STEPGEN_CANDIDATE_STORE = envstr("STEPGEN_CANDIDATE_STORE", "activelearn.stepgen_service.DatabaseCandidateStore")
-# Workers autodiscover only <app>.tasks; the prefetch task lives in the service module.
-CELERY_IMPORTS = ["activelearn.stepgen_service"]
+STEPGEN_CANDIDATE_STORE = envstr("STEPGEN_CANDIDATE_STORE", "labeling.work.candidates.DatabaseCandidateStore")
 # --- end of step generation ---------------------------------------------------
 
 # --- Generation pipeline (activelearn.pipeline; docs/active-learning.md) ------

@@ -514,7 +514,7 @@ class StepCandidateSet(models.Model):
 
     Phase 1: the candidates the labeler rates at each step; phase 2: alternatives
     generated at the error step when the solution has none stored. Written by
-    ``activelearn.stepgen_service.DatabaseCandidateStore`` only: pending when a
+    ``labeling.work.candidates.DatabaseCandidateStore`` only: pending when a
     prefetch claims the slot, then ready (texts) or failed (error). A ready set is
     never overwritten, so the texts a labeler rated are the texts stored here.
     """

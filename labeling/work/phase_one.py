@@ -1,6 +1,6 @@
 """Phase 1 of the protocol: the labeler builds a solution step by step from model candidates.
 
-At each step the page shows K candidate next steps (``activelearn.stepgen_service``,
+At each step the page shows K candidate next steps (``labeling.work.candidates``,
 prefetched when the previous step was decided). The labeler rates every candidate
 -1/0/+1; when none is rated +1 they write their own step (``human_completion``). The
 solution then continues from the candidate they pick or their own step; without a pick
@@ -31,8 +31,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from activelearn.stepgen.splitting import is_answer_step
-from activelearn.stepgen_service import CandidateStatus, candidates_get, candidates_prefetch
-from labeling.models import Assignment, AssignmentStatus, FinishReason, LabeledStep, StepRating
+from labeling.models import Assignment, AssignmentStatus, CandidateSetStatus, FinishReason, LabeledStep, StepRating
 from labeling.work.assignment import (
     RatingRejected,
     assignment_finish,
@@ -41,6 +40,7 @@ from labeling.work.assignment import (
     is_phase_one,
     rating_request_check,
 )
+from labeling.work.candidates import candidates_get, candidates_prefetch
 from labeling.work.queue import lease_expiry
 
 # Not for secrets: picks which positive candidate the solution continues with.
@@ -109,7 +109,7 @@ class PhaseOneScreen:
 
     @property
     def can_continue(self) -> bool:
-        return self.is_open and self.status != CandidateStatus.PENDING and self.all_rated
+        return self.is_open and self.status != CandidateSetStatus.PENDING and self.all_rated
 
     @property
     def acceptable(self) -> list[Candidate]:
@@ -173,7 +173,7 @@ def phase_one_screen(*, assignment: Assignment, prefetch: bool = True) -> PhaseO
     status, error = "", ""
     candidates: list[Candidate] = []
     if current in steps:
-        status = CandidateStatus.READY
+        status = CandidateSetStatus.READY
         candidates = [_candidate(current, r) for r in steps[current][3]]
     elif assignment.status == AssignmentStatus.IN_PROGRESS:
         stored = candidates_get(assignment_id=assignment.pk, step_index=current)
@@ -182,7 +182,7 @@ def phase_one_screen(*, assignment: Assignment, prefetch: bool = True) -> PhaseO
             stored = candidates_get(assignment_id=assignment.pk, step_index=current)
         if stored is not None:
             status, error = stored.status, stored.error
-            if stored.status == CandidateStatus.READY:
+            if stored.status == CandidateSetStatus.READY:
                 candidates = [Candidate(current, i, t, None, False) for i, t in enumerate(stored.texts)]
     if assignment.status == AssignmentStatus.IN_PROGRESS:
         first_unrated = next((c for c in candidates if c.rating is None), None)
@@ -210,7 +210,7 @@ def _open_step(
         return existing.pk, list(existing.ratings.order_by("completion_index"))
     stored = candidates_get(assignment_id=assignment.pk, step_index=step_index)
     texts: tuple[str, ...] = ()
-    if stored is not None and stored.status == CandidateStatus.READY:
+    if stored is not None and stored.status == CandidateSetStatus.READY:
         texts = stored.texts
     elif not allow_without_candidates:
         raise RatingRejected("The candidates for this step are not ready yet.")
@@ -347,6 +347,6 @@ def phase_one_retry(*, assignment: Assignment, step_index: int) -> bool:
         if step_index != _current_index(_rows(locked)):
             raise RatingRejected("This step is already decided.")
         stored = candidates_get(assignment_id=locked.pk, step_index=step_index)
-        if stored is not None and stored.status == CandidateStatus.READY:
+        if stored is not None and stored.status == CandidateSetStatus.READY:
             return False
         return candidates_prefetch(assignment_id=locked.pk, step_index=step_index)

@@ -47,6 +47,7 @@ from labeling.work.assignment import (
     rating_request_check,
     rating_rows,
 )
+from labeling.work.candidates import candidates_prefetch
 from labeling.work.progress import Progress, chosen_completions, progress_compute
 from labeling.work.queue import lease_expiry
 
@@ -275,13 +276,9 @@ def _alternatives_request(assignment: Assignment, *, step_index: int) -> None:
     """No stored alternatives for the error step: ask the step generator for some.
 
     The claim is written in this transaction and the worker is queued after
-    commit (activelearn.stepgen_service); alternatives_generated_attach puts
-    the result in front of the labeler once it is ready.
+    commit (labeling.work.candidates); alternatives_generated_attach puts the
+    result in front of the labeler once it is ready.
     """
-    if settings.STEPGEN_BACKEND == "none":
-        return
-    from activelearn.stepgen_service import candidates_prefetch  # the web process needs no stepgen otherwise
-
     candidates_prefetch(assignment_id=assignment.pk, step_index=step_index)
 
 

@@ -46,7 +46,7 @@ def generator_server(settings) -> Iterator[ServerState]:
         settings.STEPGEN_OPENAI_MODEL = "math-gen"
         settings.STEPGEN_K = 3
         settings.STEPGEN_RETRIES = 0
-        settings.STEPGEN_CANDIDATE_STORE = "activelearn.stepgen_service.DatabaseCandidateStore"
+        settings.STEPGEN_CANDIDATE_STORE = "labeling.work.candidates.DatabaseCandidateStore"
         yield state
     app.conf.task_always_eager = previous
 

@@ -74,7 +74,7 @@ def generation_on(settings):
     settings.STEPGEN_BACKEND = "openai"
     settings.STEPGEN_OPENAI_BASE_URL = "http://127.0.0.1:9"
     settings.STEPGEN_OPENAI_MODEL = "fake-model"
-    settings.STEPGEN_CANDIDATE_STORE = "activelearn.stepgen_service.DatabaseCandidateStore"
+    settings.STEPGEN_CANDIDATE_STORE = "labeling.work.candidates.DatabaseCandidateStore"
 
 
 def make_phase_one_task(*, answer: str = "14") -> Task:

@@ -1,15 +1,16 @@
-"""The database candidate store (activelearn.stepgen_service.DatabaseCandidateStore), for real."""
+"""The database candidate store (labeling.work.candidates.DatabaseCandidateStore), for real."""
 
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.utils import timezone
 
 from activelearn.stepgen import SamplingRecord, StepCandidates
-from activelearn.stepgen_service import CandidateStatus, DatabaseCandidateStore
-from labeling.models import Assignment, StepCandidateSet
+from labeling.models import Assignment, CandidateSetStatus, StepCandidateSet
+from labeling.work.candidates import DatabaseCandidateStore
 from tests.labeling.test_phase_one import make_phase_one_task
 from tests.labeling.workflow_factories import make_labeler
 
@@ -21,9 +22,11 @@ def assignment() -> Assignment:
     return Assignment.objects.create(task=make_phase_one_task(), labeler=make_labeler())
 
 
-def candidates(*texts: str) -> StepCandidates:
+def candidates(*texts: str) -> dict[str, Any]:
+    """save_ready's arguments for what a generator returned."""
     record = SamplingRecord("openai", "math-gen", 4, 1.0, 1.0, 256, None, ("\n",), "{problem}\n\n{steps}")
-    return StepCandidates(texts=texts, sampling=record, samples=4, duplicates=4 - len(texts))
+    details = StepCandidates(texts=texts, sampling=record, samples=4, duplicates=4 - len(texts)).as_dict()
+    return {"texts": details.pop("texts"), "sampling": details}
 
 
 def claim(store: DatabaseCandidateStore, assignment: Assignment, *, now, stale_s: int = 600) -> bool:
@@ -40,7 +43,7 @@ def test_a_claim_is_idempotent_while_the_slot_is_pending(assignment):
 
     assert StepCandidateSet.objects.filter(assignment=assignment).count() == 1
     stored = store.get(assignment_id=assignment.pk, step_index=0)
-    assert stored is not None and stored.status == CandidateStatus.PENDING
+    assert stored is not None and stored.status == CandidateSetStatus.PENDING
 
 
 def test_a_stale_pending_claim_may_be_claimed_again(assignment):
@@ -55,15 +58,15 @@ def test_a_stale_pending_claim_may_be_claimed_again(assignment):
 def test_a_ready_slot_is_never_claimed_nor_overwritten(assignment):
     store, now = DatabaseCandidateStore(), timezone.now()
     claim(store, assignment, now=now)
-    store.save_ready(assignment_id=assignment.pk, step_index=0, candidates=candidates("A.", "B."), now=now)
+    store.save_ready(assignment_id=assignment.pk, step_index=0, **candidates("A.", "B."), now=now)
 
     assert claim(store, assignment, now=now + timedelta(days=1)) is False
-    store.save_ready(assignment_id=assignment.pk, step_index=0, candidates=candidates("C."), now=now)
+    store.save_ready(assignment_id=assignment.pk, step_index=0, **candidates("C."), now=now)
     store.save_failed(assignment_id=assignment.pk, step_index=0, error="late", now=now)
 
     stored = store.get(assignment_id=assignment.pk, step_index=0)
     assert stored is not None
-    assert (stored.status, stored.texts, stored.error) == (CandidateStatus.READY, ("A.", "B."), "")
+    assert (stored.status, stored.texts, stored.error) == (CandidateSetStatus.READY, ("A.", "B."), "")
     assert stored.sampling["sampling"]["model"] == "math-gen"
     assert stored.sampling["duplicates"] == 2
 
@@ -74,7 +77,7 @@ def test_a_failed_slot_keeps_its_error_and_may_be_claimed_again(assignment):
     store.save_failed(assignment_id=assignment.pk, step_index=0, error="HTTP 500", now=now)
 
     stored = store.get(assignment_id=assignment.pk, step_index=0)
-    assert stored is not None and (stored.status, stored.error) == (CandidateStatus.FAILED, "HTTP 500")
+    assert stored is not None and (stored.status, stored.error) == (CandidateSetStatus.FAILED, "HTTP 500")
     assert claim(store, assignment, now=now + timedelta(seconds=1)) is True
     row = StepCandidateSet.objects.get(assignment=assignment)
     assert (row.status, row.error) == ("pending", "")
@@ -83,7 +86,7 @@ def test_a_failed_slot_keeps_its_error_and_may_be_claimed_again(assignment):
 def test_saving_an_unclaimed_slot_creates_it(assignment):
     store, now = DatabaseCandidateStore(), timezone.now()
 
-    store.save_ready(assignment_id=assignment.pk, step_index=3, candidates=candidates("A."), now=now)
+    store.save_ready(assignment_id=assignment.pk, step_index=3, **candidates("A."), now=now)
 
     assert store.get(assignment_id=assignment.pk, step_index=3).texts == ("A.",)
     assert store.get(assignment_id=assignment.pk, step_index=0) is None
