@@ -13,7 +13,6 @@ from django.db.models import Count, Exists, OuterRef, Q
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
-from activelearn.models import PRMCheckpoint
 from labeling.models import (
     AssignmentStatus,
     ExportJob,
@@ -117,37 +116,6 @@ def queue_depth() -> list[tuple[str, str, int]]:
         .order_by("generation__number")
     )
     return [(_generation_label(number), status, n) for number, status, n in rows]
-
-
-@dataclass(frozen=True)
-class CheckpointMetrics:
-    checkpoints: list[PRMCheckpoint]
-    # metric name -> one value per checkpoint (None where that run lacks it).
-    series: dict[str, list[float | None]]
-
-
-def checkpoint_metrics(*, limit: int = 20) -> CheckpointMetrics:
-    """Numeric top-level entries of ``PRMCheckpoint.metrics`` for the newest runs, oldest first."""
-    checkpoints = list(
-        PRMCheckpoint.objects.only(
-            "id", "base_model", "status", "metrics", "trained_through_generation", "created_at"
-        ).order_by("-id")[:limit]
-    )[::-1]
-    names: list[str] = []
-    for checkpoint in checkpoints:
-        for key, value in (checkpoint.metrics or {}).items():
-            if isinstance(value, int | float) and not isinstance(value, bool) and key not in names:
-                names.append(key)
-    series: dict[str, list[float | None]] = {
-        name: [_number((c.metrics or {}).get(name)) for c in checkpoints] for name in names
-    }
-    return CheckpointMetrics(checkpoints=checkpoints, series=series)
-
-
-def _number(value: object) -> float | None:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    return None
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from labeling.data.stepwise import Neutral, parquet_available
 from labeling.models import ExportFormat, ExportJob
 from labeling.staff import charts as dashboard_charts
 from labeling.staff import dashboard as reads
+from labeling.staff.panels import dashboard_panels
 
 
 def _card_context(job: ExportJob) -> dict[str, object]:
@@ -32,7 +33,6 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     shares = reads.rating_shares()
     correctness = reads.correct_answer_shares()
     queue = reads.queue_depth()
-    metrics = reads.checkpoint_metrics()
     jobs = reads.export_jobs_recent()
     agreement = reads.qc_agreement_by_generation()
     charts = {
@@ -57,18 +57,12 @@ def dashboard(request: HttpRequest) -> HttpResponse:
             {"all labelers": [None if r is None else 100 * r for r in agreement.overall]},
             label="agreement with gold per generation (%)",
         ),
-        "metrics": dashboard_charts.line_chart(
-            [f"#{c.pk}" for c in metrics.checkpoints], metrics.series, label="PRM metrics per checkpoint"
-        ),
     }
     context = {
         "charts": charts,
         "shares": shares,
         "queue": queue,
-        "metrics": metrics,
-        "metric_rows": [
-            (c, [values[i] for values in metrics.series.values()]) for i, c in enumerate(metrics.checkpoints)
-        ],
+        "panels": [panel.render(request) for panel in dashboard_panels()],
         "generations": reads.generations_recent(),
         "agreement": agreement,
         "cards": [_card_context(job) for job in jobs],
