@@ -11,20 +11,19 @@ counts as 0 (the labeler was away).
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from datetime import datetime, timedelta
+from typing import Any
 
 import orjson
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import connection, models, transaction
+from django.db import transaction
 from django.db.models import Count, F, OuterRef, Subquery
 from django.utils import timezone
 
 from labeling.data.labels import label_steps_freeze
-from labeling.models import Assignment, AssignmentStatus, FinishReason, Solution, Task, TaskStatus
+from labeling.models import Assignment, AssignmentStatus, FinishReason, Task, TaskStatus
+from labeling.work.hotpath import RatingRow, assignment_locked
 
 MAX_VERSION = 2_000_000_000  # StepRating.version is a PositiveIntegerField.
 
@@ -43,20 +42,6 @@ class RatingRejected(Exception):
 
 class NotFinished(Exception):
     """Submit was asked for while steps or alternatives are still unrated."""
-
-
-@dataclass(frozen=True)
-class RatingRow:
-    """One stored phase-2 rating with its step, as the rating service reads them."""
-
-    step_id: int
-    index: int
-    chosen: int | None
-    completion: int
-    rating: int | None
-    version: int
-    flagged: bool | None = None
-    text: str = ""
 
 
 def is_phase_one(assignment: Assignment) -> bool:
@@ -94,30 +79,6 @@ class LeaseNearExpiry(Exception):
     """The fast rating lock found a lease close to running out: take the task lock as well."""
 
 
-_M = TypeVar("_M", bound=models.Model)
-
-
-def _partial(model: type[_M], values: dict[str, Any]) -> _M:
-    # A model instance from some of its columns (the others deferred), as the
-    # ORM builds one from a query, so that save(update_fields=...) works on it.
-    names = [f.attname for f in model._meta.concrete_fields if f.attname in values]
-    return model.from_db(connection.alias, names, [values[n] for n in names])
-
-
-# Everything a rating reads about its assignment, in one statement that also
-# checks ownership (the labeler's user id, when given) and takes the row lock.
-_RATE_LOCK_SQL = """
-    SELECT a.id, a.task_id, a.labeler_id, a.status, a.started_at, a.last_activity_at, a.lease_expires_at,
-           a.total_time_ms, a.ratings_reset_version, t.solution_id AS t_solution_id,
-           t.generation_id AS t_generation_id, t.kind AS t_kind, t.status AS t_status,
-           t.labelers_needed AS t_labelers_needed, s.problem_id AS s_problem_id, s.steps AS s_steps
-    FROM labeling_assignment a
-    JOIN labeling_task t ON t.id = a.task_id
-    JOIN labeling_solution s ON s.id = t.solution_id
-    WHERE a.id = %s{owner}{lock}
-"""
-
-
 def _lease_margin() -> timedelta:
     # A lease this far from running out cannot be handed over by a request
     # that is in flight now (hand-over counts it as live), even with the
@@ -142,55 +103,9 @@ def assignment_lock_row(*, assignment_id: int, user_id: int | None, now: datetim
     to expiry this raises LeaseNearExpiry and the caller starts again with
     ``task_lock``.
     """
-    params: list[Any] = [assignment_id]
-    owner = ""
-    if user_id is not None:
-        owner = " AND a.labeler_id = (SELECT id FROM labeling_labeler WHERE user_id = %s)"
-        params.append(user_id)
-    lock = " FOR UPDATE OF a" if connection.features.has_select_for_update_of else ""
-    with connection.cursor() as cursor:
-        if task_lock and connection.features.has_select_for_update:
-            cursor.execute(
-                "SELECT t.id FROM labeling_task t JOIN labeling_assignment a ON a.task_id = t.id"
-                f" WHERE a.id = %s{owner} FOR UPDATE OF t",
-                params,
-            )
-        cursor.execute(_RATE_LOCK_SQL.format(owner=owner, lock=lock), params)
-        row = cursor.fetchone()
-        if row is None:
-            raise AssignmentNotFound(assignment_id)
-        values = dict(zip([c[0] for c in cursor.description], row, strict=True))
-    assignment = _partial(Assignment, {k: v for k, v in values.items() if not k.startswith(("t_", "s_"))})
-    for name in ("started_at", "last_activity_at", "lease_expires_at"):
-        # SQLite hands back naive UTC datetimes to a raw query.
-        value = getattr(assignment, name)
-        if isinstance(value, str):
-            value = datetime.fromisoformat(value)
-        if value is not None and timezone.is_naive(value):
-            value = timezone.make_aware(value, UTC)
-        setattr(assignment, name, value)
-    steps = values["s_steps"]
-    solution = _partial(
-        Solution,
-        {
-            "id": values["t_solution_id"],
-            "problem_id": values["s_problem_id"],
-            "steps": json.loads(steps) if isinstance(steps, str) else steps,
-        },
-    )
-    task = _partial(
-        Task,
-        {
-            "id": assignment.task_id,
-            "generation_id": values["t_generation_id"],
-            "solution_id": solution.pk,
-            "kind": values["t_kind"],
-            "labelers_needed": values["t_labelers_needed"],
-            "status": values["t_status"],
-        },
-    )
-    task.solution = solution
-    assignment.task = task
+    assignment = assignment_locked(assignment_id=assignment_id, user_id=user_id, task_lock=task_lock)
+    if assignment is None:
+        raise AssignmentNotFound(assignment_id)
     if assignment.status != AssignmentStatus.IN_PROGRESS:
         raise AssignmentClosed(
             "This task was already submitted; it can no longer be changed."
@@ -213,23 +128,6 @@ def assignment_time_add(assignment: Assignment, *, now: datetime) -> list[str]:
         assignment.total_time_ms = (assignment.total_time_ms or 0) + gap_ms
     assignment.last_activity_at = max(last, now)
     return ["total_time_ms", "last_activity_at"]
-
-
-def rating_rows(assignment: Assignment) -> list[RatingRow]:
-    # Raw SQL: this runs on every click, and compiling the ORM query cost
-    # more than the query itself.
-    with connection.cursor() as cursor:
-        cursor.execute(
-            'SELECT r.step_id, s."index", s.chosen_completion, r.completion_index, r.rating, r.version, r.flagged,'
-            " r.text FROM labeling_steprating r JOIN labeling_labeledstep s ON s.id = r.step_id"
-            ' WHERE s.assignment_id = %s ORDER BY s."index", r.completion_index',
-            [assignment.pk],
-        )
-        return [
-            RatingRow(step_id=s, index=i, chosen=ch, completion=c, rating=r, version=v,
-                 flagged=None if f is None else bool(f), text=t)
-            for s, i, ch, c, r, v, f, t in cursor.fetchall()
-        ]  # fmt: skip
 
 
 def rating_request_check(*, rating: int | None, version: int | None = None) -> None:

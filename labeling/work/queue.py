@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Count, Exists, IntegerField, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -48,6 +48,7 @@ from labeling.models import (
     TaskStatus,
 )
 from labeling.quality.control import labeler_quality_enforce, labeler_screening_conclude, screening_set_ids
+from labeling.work.hotpath import task_candidate
 
 # Candidates locked per generation before giving up on it for this request;
 # a miss means another transaction assigned the row between our snapshot and
@@ -252,40 +253,6 @@ class _Claim:
         return (-self.priority, self.task.pk)
 
 
-# The best open normal task of a generation that has a free place and that the
-# labeler has not had. Raw SQL: it runs on every hand-out, and building and
-# compiling it through the ORM cost several times what PostgreSQL needs to run
-# it. Served by task_queue_idx (generation, status, -priority, id): an ordered
-# index scan that stops at the first row passing the filters.
-_CANDIDATE_SQL = """
-    SELECT t.id, t.priority, t.labelers_needed FROM labeling_task t
-    WHERE t.generation_id = %s AND t.status = %s AND t.kind = %s{tried}
-      AND (SELECT COUNT(*) FROM labeling_assignment a WHERE a.task_id = t.id
-           AND (a.status = %s OR (a.status = %s AND a.lease_expires_at > %s))) < t.labelers_needed
-      AND NOT EXISTS (SELECT 1 FROM labeling_assignment m WHERE m.task_id = t.id AND m.labeler_id = %s)
-    ORDER BY t.priority DESC, t.id
-    LIMIT 1{lock}
-"""
-
-
-def _candidate(
-    *, generation_id: int, labeler: Labeler, now: datetime, tried: list[int], skip_locked: bool
-) -> tuple[int, float, int] | None:
-    lock = ""
-    if connection.features.has_select_for_update:
-        lock = " FOR UPDATE OF t SKIP LOCKED" if skip_locked else " FOR UPDATE OF t"
-    excluded = f" AND t.id NOT IN ({', '.join(['%s'] * len(tried))})" if tried else ""
-    at = connection.ops.adapt_datetimefield_value(now)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _CANDIDATE_SQL.format(tried=excluded, lock=lock),
-            [generation_id, TaskStatus.OPEN, TaskKind.NORMAL, *tried, AssignmentStatus.SUBMITTED,
-             AssignmentStatus.IN_PROGRESS, at, labeler.pk],
-        )  # fmt: skip
-        row = cursor.fetchone()
-    return (int(row[0]), float(row[1]), int(row[2])) if row else None
-
-
 def _claim_in_generation(*, generation_id: int, labeler: Labeler, now: datetime) -> _Claim | None:
     # Screening and QC items are served apart (_next_screening, _next_work).
     tried: list[int] = []
@@ -295,13 +262,17 @@ def _claim_in_generation(*, generation_id: int, labeler: Labeler, now: datetime)
         # requests skip rows that are being handed out instead of queueing
         # behind them (SQLite ignores this; its IMMEDIATE transactions already
         # serialise writers).
-        found = _candidate(generation_id=generation_id, labeler=labeler, now=now, tried=tried, skip_locked=True)
+        found = task_candidate(
+            generation_id=generation_id, labeler_id=labeler.pk, now=now, tried=tried, skip_locked=True
+        )
         if found is None:
             # Every remaining candidate is locked by a concurrent hand-over.
             # Those commit within milliseconds and may leave places free
             # (labelers_needed > 1), so wait for the best one instead of
             # telling this labeler there is no work; _still_free re-counts.
-            found = _candidate(generation_id=generation_id, labeler=labeler, now=now, tried=tried, skip_locked=False)
+            found = task_candidate(
+                generation_id=generation_id, labeler_id=labeler.pk, now=now, tried=tried, skip_locked=False
+            )
             if found is None:
                 return None
         task_id, priority, labelers_needed = found

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from labeling.models import (
@@ -38,16 +38,15 @@ from labeling.work.assignment import (
     LeaseNearExpiry,
     NotFinished,
     RatingRejected,
-    RatingRow,
     assignment_finish,
     assignment_lock,
     assignment_lock_row,
     assignment_time_add,
     is_phase_one,
     rating_request_check,
-    rating_rows,
 )
 from labeling.work.candidates import candidates_prefetch
+from labeling.work.hotpath import RatingRow, assignment_touch, rating_rows, rating_upsert
 from labeling.work.progress import Progress, chosen_completions, progress_compute
 from labeling.work.queue import lease_expiry
 
@@ -161,7 +160,7 @@ def _rate(
         # No get_or_create needed: the assignment row lock serialises
         # writers. Created as the last labeled step: chosen_completion null.
         step_id = LabeledStep.objects.create(assignment=locked, index=step_index).pk
-    _upsert_rating(
+    rating_upsert(
         step_id=step_id,
         completion_index=completion_index,
         text=text,
@@ -182,14 +181,7 @@ def _rate(
 
     assignment_time_add(locked, now=now)
     locked.lease_expires_at = lease_expiry(now=now)
-    adapt = connection.ops.adapt_datetimefield_value
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "UPDATE labeling_assignment SET total_time_ms = %s, last_activity_at = %s, lease_expires_at = %s,"
-            " ratings_reset_version = %s WHERE id = %s",
-            [locked.total_time_ms, adapt(locked.last_activity_at), adapt(locked.lease_expires_at),
-             locked.ratings_reset_version, locked.pk],
-        )  # fmt: skip
+    assignment_touch(locked)
     return Rated(
         applied=True,
         reshaped=reshaped,
@@ -202,24 +194,6 @@ def _rate(
 def _page_order(rows: list[RatingRow]) -> list[tuple[int, int, str, int | None, bool | None, int]]:
     return [(r.index, r.completion, r.text, r.rating, r.flagged, r.version) for r in sorted(
         rows, key=lambda r: (r.index, r.completion))]  # fmt: skip
-
-
-def _upsert_rating(
-    *, step_id: int, completion_index: int, text: str, rating: int | None, flagged: bool | None, version: int,
-    now: datetime,
-) -> None:  # fmt: skip
-    # One statement for "create or overwrite, but only with a newer version":
-    # the rule holds in the statement itself, not only under the row lock.
-    table = StepRating._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {table} (step_id, completion_index, text, rating, flagged, version, updated_at)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s)"
-            " ON CONFLICT (step_id, completion_index) DO UPDATE SET rating = EXCLUDED.rating,"
-            " flagged = EXCLUDED.flagged, version = EXCLUDED.version, updated_at = EXCLUDED.updated_at"
-            f" WHERE {table}.version < EXCLUDED.version",
-            [step_id, completion_index, text, rating, flagged, version, connection.ops.adapt_datetimefield_value(now)],
-        )
 
 
 def _keep_trajectory_consistent(
