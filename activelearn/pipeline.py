@@ -35,7 +35,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -51,6 +51,7 @@ from activelearn.models import (
     ScoreChunkStatus,
     SolutionScore,
 )
+from activelearn.selection import PoolCandidate, select_convincing
 from annotate.celery import send_after_commit
 from labeling.models import (
     RUNNING_GENERATION_STATUSES,
@@ -63,9 +64,8 @@ from labeling.models import (
     TaskKind,
     TaskStatus,
 )
-
-if TYPE_CHECKING:
-    from activelearn.selection import PoolCandidate
+from labeling.quality.control import overlap_labelers_needed
+from labeling.quality.gold import quality_control_set_create
 
 logger = logging.getLogger(__name__)
 
@@ -727,10 +727,6 @@ def selection_candidates(*, run: GenerationRun) -> list[PoolCandidate]:
     is (or was) a task in any generation is out, whatever row it sits in. Duplicates
     inside the pool count once (the lowest id).
     """
-    # Imported here: the package's __init__ loads the campaign code (torch), which the
-    # web process (it imports this module to start generations) must not pay for.
-    from activelearn.selection import PoolCandidate
-
     served = Task.objects.filter(
         solution__problem_id=OuterRef("solution__problem_id"),
         solution__content_sha256=OuterRef("solution__content_sha256"),
@@ -766,9 +762,6 @@ def generation_select(*, generation_id: int) -> int:
     run = _run_claim(generation_id=generation_id, step=_S.SELECTING)
     if run is None:
         return 0
-    from activelearn.selection import select_convincing
-    from labeling.quality.control import overlap_labelers_needed
-
     try:
         config = GenerationConfig.from_json(run.config)
         with transaction.atomic():
@@ -833,8 +826,6 @@ def _quality_control_inject(*, generation: Generation, count: int) -> int:
     """
     if count <= 0:
         return 0
-    from labeling.quality.gold import quality_control_set_create
-
     have = set(
         Task.objects.filter(generation=generation, kind=TaskKind.QUALITY_CONTROL).values_list("solution_id", flat=True)
     )
