@@ -133,9 +133,9 @@ class GenerationConfig:
     problem_ids: tuple[str, ...] | None = None
     split: str | None = None
     per_problem_cap: int | None = None
-    # Gold QC items added to the generation's QC pool (labeling.gold); 0 = none.
+    # Gold QC items added to the generation's QC pool (labeling.quality.gold); 0 = none.
     qc_items: int = 0
-    # Share of new tasks labeled twice (labeling.quality.overlap_labelers_needed);
+    # Share of new tasks labeled twice (labeling.quality.control.overlap_labelers_needed);
     # None = settings.OVERLAP_SHARE.
     overlap_share: float | None = None
     # Training: neutral labels as their own class or folded; scoring: neutral counted as.
@@ -819,7 +819,7 @@ def generation_select(*, generation_id: int) -> int:
 
 
 def _quality_control_inject(*, generation: Generation, count: int) -> int:
-    """Top the generation's QC pool up to ``count`` gold items (labeling.gold owns QC tasks).
+    """Top the generation's QC pool up to ``count`` gold items (labeling.quality.gold owns QC tasks).
 
     Least-used gold first, so successive generations rotate through the gold set.
     Returns the size of the QC pool; fewer than ``count`` when there is not enough gold.

@@ -234,7 +234,7 @@ CONTENT_SECURITY_POLICY = envstr(
     "frame-ancestors 'none'",
 )
 
-# Login throttling (labeling.auth): counted in the shared cache below.
+# Login throttling (labeling.web.auth): counted in the shared cache below.
 LOGIN_FAILURES_PER_ADDRESS = envint("LOGIN_FAILURES_PER_ADDRESS", 10, minimum=1)
 LOGIN_ADDRESS_WINDOW_S = envint("LOGIN_ADDRESS_WINDOW_S", 15 * 60, minimum=1)
 LOGIN_FAILURES_PER_ACCOUNT = envint("LOGIN_FAILURES_PER_ACCOUNT", 30, minimum=1)
@@ -351,7 +351,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
 }
 
-# --- Quality control (labeling.quality, labeling.queue; docs/quality.md) ---
+# --- Quality control (labeling.quality.control, labeling.work.queue; docs/quality.md) ---
 # The screening set: the first N open screening tasks of generation -1, in
 # queue order; every new labeler labels all of them before anything else.
 SCREENING_SET_SIZE = envint("SCREENING_SET_SIZE", 30, minimum=1)

@@ -269,7 +269,7 @@ class Task(models.Model):
         indexes = [
             # "next task": open tasks of a generation, best first.
             models.Index(fields=["generation", "status", "-priority", "id"], name="task_queue_idx"),
-            # The screening set and the QC pool (labeling.queue): open gold
+            # The screening set and the QC pool (labeling.work.queue): open gold
             # tasks of one kind, in serving order. Partial, so the large
             # normal queue does not pay for it.
             models.Index(
@@ -435,7 +435,7 @@ class ExportFormat(models.TextChoices):
 
 
 class ExportJob(models.Model):
-    """An export requested from the API or admin and run by a worker (labeling.exportjobs)."""
+    """An export requested from the API or admin and run by a worker (labeling.data.exportjobs)."""
 
     status = models.CharField(max_length=10, choices=ExportJobStatus.choices, default=ExportJobStatus.QUEUED)
     format = models.CharField(max_length=10, choices=ExportFormat.choices, default=ExportFormat.PRM800K)

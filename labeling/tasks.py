@@ -8,5 +8,5 @@ from labeling.data.exportjobs import export_job_run
 
 @task()
 def run_export_job(*, job_id: int) -> None:
-    """Run one ExportJob (labeling.exportjobs); the row records the outcome."""
+    """Run one ExportJob (labeling.data.exportjobs); the row records the outcome."""
     export_job_run(job_id=job_id)

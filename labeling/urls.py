@@ -18,7 +18,7 @@ urlpatterns = [
     path("screening/", views.screening_result, name="screening-result"),
 ]
 
-# Phase 1 (labeling.phase_one_views): the task page itself is "task" above.
+# Phase 1 (labeling.web.phase_one_views): the task page itself is "task" above.
 from labeling.web import phase_one_views  # noqa: E402
 
 urlpatterns += [

@@ -1,7 +1,7 @@
 """The PRM800K record format: reading, validating and writing records.
 
-Plain Python, no ORM: the importer (``labeling.imports``) and the exporter
-(``labeling.exports``) sit on top. Validation names the file, the line and the
+Plain Python, no ORM: the importer (``labeling.data.imports``) and the exporter
+(``labeling.data.exports``) sit on top. Validation names the file, the line and the
 field path of the first problem it finds, e.g.
 ``data.jsonl:12: label.steps[3].completions[0].rating: must be -1, 0, 1 or null, got 2``.
 """

@@ -17,7 +17,7 @@ Ratings map to labels as +1 → true, -1 → false, and 0 (neutral) as asked:
 A step without a rating ends the trajectory (a give-up can stop mid-way), and
 a row with no step left is not written.
 
-The records come from ``labeling.exports.iter_prm800k_records`` inside one
+The records come from ``labeling.data.exports.iter_prm800k_records`` inside one
 ``read_snapshot()``; a file target is written to a temporary name and renamed,
 with a manifest beside it, exactly as the PRM800K export does.
 """

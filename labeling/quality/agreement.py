@@ -1,6 +1,6 @@
 """Agreement arithmetic: a labeler's ratings against gold, and labelers against each other.
 
-Plain Python (plus ``krippendorff``/numpy), no ORM: ``labeling.quality`` loads
+Plain Python (plus ``krippendorff``/numpy), no ORM: ``labeling.quality.control`` loads
 rows and calls these. The definitions are in docs/quality.md; this module is
 the only implementation of them.
 """

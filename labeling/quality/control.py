@@ -2,7 +2,7 @@
 
 Services (writes) and selectors (reads returning numbers) for the admin,
 the API and the labeler's own screening page. The arithmetic lives in
-``labeling.agreement``; definitions are in docs/quality.md.
+``labeling.quality.agreement``; definitions are in docs/quality.md.
 """
 
 from __future__ import annotations

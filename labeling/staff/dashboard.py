@@ -130,7 +130,7 @@ class AgreementOverTime:
 def qc_agreement_by_generation(*, limit: int = 12) -> AgreementOverTime:
     """Agreement with gold (screening and QC items) per generation, overall and per labeler.
 
-    Built on the quality-control selectors (labeling.quality); one pass per
+    Built on the quality-control selectors (labeling.quality.control); one pass per
     generation over its finished gold assignments, which are a small share
     of the work (QC items are a few percent of each generation).
     """

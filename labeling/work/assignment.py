@@ -94,12 +94,12 @@ def assignment_lock_row(*, assignment_id: int, user_id: int | None, now: datetim
 
     Every write to one assignment is serialised by its row lock, which is what
     makes the version checks of the rating service race-free. ``task_lock``:
-    lock the task row first, the order labeling.queue uses, so that a
+    lock the task row first, the order labeling.work.queue uses, so that a
     hand-over of this task to someone else (which may mark this assignment
     EXPIRED) and this write wait for each other instead of deadlocking or
     racing; finishing needs it too (it counts the task's submissions). A
     rating may go without: while the lease is comfortably alive no hand-over
-    can take the task (labeling.queue counts the assignment as live); closer
+    can take the task (labeling.work.queue counts the assignment as live); closer
     to expiry this raises LeaseNearExpiry and the caller starts again with
     ``task_lock``.
     """

@@ -7,7 +7,7 @@ solution then continues from the candidate they pick or their own step; without 
 it is a random +1 candidate, else their own step, else a random 0 candidate. A final-answer
 step (``# Answer``) that the solution continues with ends the task as ``solution``.
 
-Stored exactly as a PRM800K phase-1 record reads (labeling.exports):
+Stored exactly as a PRM800K phase-1 record reads (labeling.data.exports):
 
 * one LabeledStep per position; its StepRating rows are the candidates in the order
   they were generated (``completion_index`` = position in ``completions``), created
@@ -16,7 +16,7 @@ Stored exactly as a PRM800K phase-1 record reads (labeling.exports):
   last LabeledStep of an open assignment is the current, undecided step, and stays
   undecided (chosen null) when the labeler gives up there.
 
-Ratings are versioned like phase 2 (labeling.rating): a request applies only with a
+Ratings are versioned like phase 2 (labeling.work.rating): a request applies only with a
 version newer than the stored one, so repeats and late requests change nothing.
 Deciding a step is idempotent per step index: a repeat for a decided step is a no-op.
 """

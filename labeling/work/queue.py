@@ -4,7 +4,7 @@ A task is leased, not given. ``assignment_next`` hands out the highest-priority
 open task of an open generation (phase 1 or 2) that the labeler has not had, while the
 task has fewer live assignments than ``Task.labelers_needed``; a live
 assignment is a submitted one or one whose lease has not run out. Each rating
-renews the lease (labeling.rating).
+renews the lease (labeling.work.rating).
 
 Expired leases, decided rule: a lease that runs out returns the task to the
 queue, but nothing is deleted. The labeler keeps their assignment (and its
@@ -228,7 +228,7 @@ def _resume_current(*, labeler: Labeler, now: datetime) -> Assignment | None:
         ).update(lease_expires_at=renewed):
             current.lease_expires_at = renewed
             return current
-    # Lock order is task, then assignment, everywhere (here, labeling.rating
+    # Lock order is task, then assignment, everywhere (here, labeling.work.assignment
     # and _claim's expiry update), so a rating and a hand-over of the same
     # task wait for each other instead of deadlocking.
     Task.objects.select_for_update().filter(pk=current.task_id).values_list("pk").first()

@@ -1,5 +1,5 @@
 """Phase 1: the labeler rates K candidates per step, writes their own when none is good,
-and the solution continues from a chosen step until a final answer (labeling.phase_one).
+and the solution continues from a chosen step until a final answer (labeling.work.phase_one).
 
 The generator is a fake implementing the StepGenerator protocol; it is "the worker"
 only in the sense that the test calls candidates_generate itself. Storage is the real

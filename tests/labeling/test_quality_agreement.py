@@ -1,4 +1,4 @@
-"""labeling.agreement: the definitions in docs/quality.md on hand-computed cases."""
+"""labeling.quality.agreement: the definitions in docs/quality.md on hand-computed cases."""
 
 from __future__ import annotations
 

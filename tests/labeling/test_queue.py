@@ -1,4 +1,4 @@
-"""labeling.queue: which task comes next, leases, expiry and re-queueing."""
+"""labeling.work.queue: which task comes next, leases, expiry and re-queueing."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""labeling.rating: every click stored at once, idempotent, in order, and timed on the server."""
+"""labeling.work.rating: every click stored at once, idempotent, in order, and timed on the server."""
 
 from __future__ import annotations
 

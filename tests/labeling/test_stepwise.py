@@ -1,4 +1,4 @@
-"""The TRL stepwise-supervision export (labeling.stepwise, manage.py export_stepwise)."""
+"""The TRL stepwise-supervision export (labeling.data.stepwise, manage.py export_stepwise)."""
 
 from __future__ import annotations
 
