@@ -119,6 +119,41 @@ def test_there_is_no_import_circle() -> None:
     assert import_circles(import_graph()) == []
 
 
+# The rooms of labeling/, lowest first: a module imports only from rooms below
+# its own (or from its own room).
+ROOMS = [
+    ["labeling.models"],
+    ["labeling.labelers", "labeling.data", "labeling.migrations"],
+    ["labeling.quality"],
+    ["labeling.work"],
+    ["labeling.web", "labeling.staff", "labeling.api", "labeling.management"],
+    ["labeling.admin", "labeling.tasks", "labeling.urls", "labeling.apps"],
+]
+
+
+def _room(module: str) -> tuple[int, str] | None:
+    for rank, rooms in enumerate(ROOMS):
+        for room in rooms:
+            if module == room or module.startswith(room + "."):
+                return rank, room
+    return None
+
+
+def test_the_rooms_of_labeling_import_only_from_rooms_below_them() -> None:
+    upward = sorted(
+        f"{module} -> {target}"
+        for module, targets in import_graph().items()
+        if (here := _room(module)) is not None
+        for target in targets
+        if (there := _room(target)) is not None and there[1] != here[1] and there[0] >= here[0]
+    )
+    assert upward == []
+
+
+def test_every_module_of_labeling_is_in_a_room() -> None:
+    assert [m for m in import_graph() if m.startswith("labeling.") and _room(m) is None] == []
+
+
 def test_labeling_imports_nothing_of_activelearn_but_the_listed_plain_rules() -> None:
     graph = import_graph()
     wrong_way = sorted(
