@@ -10,7 +10,7 @@ import pytest
 from annotate.celery import app
 from labeling.models import Assignment, AssignmentStatus, FinishReason, LabeledStep
 from tests.activelearn.stepgen.completions_server import ServerState, completions_server
-from tests.labeling.test_phase_one import export_import_export, make_phase_one_task
+from tests.labeling.work.test_phase_one import export_import_export, make_phase_one_task
 from tests.labeling.workflow_factories import make_labeler
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -16,7 +16,7 @@ from labeling.models import Assignment, Problem, Solution, StepAlternative, Step
 
 # The annotated example record of the public release README (three labeled
 # steps, four alternatives rated at the error step), as one JSONL line.
-REFERENCE = Path(__file__).resolve().parents[1] / "fixtures" / "prm800k-readme-example.jsonl"
+REFERENCE = Path(__file__).resolve().parents[2] / "fixtures" / "prm800k-readme-example.jsonl"
 
 
 def example() -> dict[str, Any]:

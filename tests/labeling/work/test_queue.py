@@ -106,7 +106,7 @@ def test_it_refuses_labelers_who_may_not_work():
 
 
 def test_it_gives_unscreened_labelers_no_normal_work():
-    # The screening gate (tests/labeling/test_screening.py): without a
+    # The screening gate (tests/labeling/quality/test_screening.py): without a
     # screening set they wait; they never get normal work.
     make_task(generation=make_generation())
     assert assignment_next(labeler=make_labeler(status=LabelerStatus.SCREENING)) is None

@@ -11,7 +11,7 @@ from django.utils import timezone
 from activelearn.stepgen import SamplingRecord, StepCandidates
 from labeling.models import Assignment, CandidateSetStatus, StepCandidateSet
 from labeling.work.candidates import DatabaseCandidateStore
-from tests.labeling.test_phase_one import make_phase_one_task
+from tests.labeling.work.test_phase_one import make_phase_one_task
 from tests.labeling.workflow_factories import make_labeler
 
 pytestmark = pytest.mark.django_db
