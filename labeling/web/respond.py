@@ -18,10 +18,10 @@ from django_htmx.middleware import HtmxDetails
 
 from labeling.labelers import labeler_for_user
 from labeling.models import Assignment, Labeler, LabelerStatus
+from labeling.work.alternatives import alternatives_generated_attach
 from labeling.work.assignment import AssignmentNotFound, assignment_for_labeler, is_phase_one
 from labeling.work.phase_one import phase_one_screen
 from labeling.work.queue import LabelerMayNotWork, assignment_next
-from labeling.work.rating import alternatives_generated_attach
 from labeling.work.selectors import task_screen
 
 VERSION_HEADER = "X-Rating-Version"

@@ -20,26 +20,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from labeling.models import (
     Assignment,
-    AssignmentStatus,
-    CandidateSetStatus,
     FinishReason,
     LabeledStep,
     StepAlternative,
-    StepCandidateSet,
     StepRating,
 )
+from labeling.work.alternatives import Attach, alternatives_attach_locked
 from labeling.work.assignment import (
     LeaseNearExpiry,
     NotFinished,
     RatingRejected,
     assignment_finish,
-    assignment_lock,
     assignment_lock_row,
     assignment_time_add,
     is_phase_one,
@@ -234,7 +230,10 @@ def _keep_trajectory_consistent(
             )
             created = True
         else:
-            _alternatives_request(assignment, step_index=stop)
+            # None stored: ask the step generator for some. The claim is written
+            # in this transaction and the worker queued after commit; they are
+            # attached once ready (labeling.work.alternatives).
+            candidates_prefetch(assignment_id=assignment.pk, step_index=stop)
 
     # chosen_completion from what the rows say is stored (no re-read).
     stored = {r.index: r.chosen for r in rows if r.completion == 0 and r.index <= stop}
@@ -244,73 +243,6 @@ def _keep_trajectory_consistent(
         if changed:
             LabeledStep.objects.filter(assignment=assignment, index__in=changed).update(chosen_completion=value)
     return bool(deleted or stale_alternatives or created)
-
-
-def _alternatives_request(assignment: Assignment, *, step_index: int) -> None:
-    """No stored alternatives for the error step: ask the step generator for some.
-
-    The claim is written in this transaction and the worker is queued after
-    commit (labeling.work.candidates); alternatives_generated_attach puts the
-    result in front of the labeler once it is ready.
-    """
-    candidates_prefetch(assignment_id=assignment.pk, step_index=step_index)
-
-
-def alternatives_generated_attach(*, assignment: Assignment) -> bool:
-    """Attach generated alternatives for the error step once they are ready.
-
-    True while a worker is still generating them: the labeler waits (the
-    screen polls) and submitting is refused. A failed generation does not
-    block the task; it ends without alternatives, as it would with none stored.
-    """
-    if settings.STEPGEN_BACKEND == "none" or assignment.status != AssignmentStatus.IN_PROGRESS:
-        return False
-    if not StepCandidateSet.objects.filter(assignment=assignment).exists():
-        return False  # the common case costs one indexed query and no lock
-    with transaction.atomic():
-        locked = assignment_lock(assignment)
-        return _attach_generated(locked, locked.task.solution.steps or [], rating_rows(locked)) == _Attach.PENDING
-
-
-class _Attach:
-    NOTHING, PENDING, ATTACHED = "nothing", "pending", "attached"
-
-
-def _attach_generated(locked: Assignment, steps: list[str], rows: list[RatingRow]) -> str:
-    """alternatives_generated_attach under the caller's lock, on the rows it read."""
-    if settings.STEPGEN_BACKEND == "none":
-        return _Attach.NOTHING
-    own = {r.index: r.rating for r in rows if r.completion == 0}
-    progress = progress_compute(step_count=len(steps), own_ratings=own, alternative_ratings={})
-    stop = progress.stop_index
-    if not progress.stopped_at_error or any(r.completion > 0 and r.index == stop for r in rows):
-        return _Attach.NOTHING
-    candidates = StepCandidateSet.objects.filter(assignment=locked, step_index=stop).first()
-    if candidates is None:
-        return _Attach.NOTHING
-    if candidates.status == CandidateSetStatus.PENDING:
-        return _Attach.PENDING
-    if candidates.status != CandidateSetStatus.READY:
-        return _Attach.NOTHING
-    solution_id = locked.task.solution_id
-    texts = [t for t in candidates.texts if isinstance(t, str) and t.strip() and t != steps[stop]]
-    model = str((candidates.sampling or {}).get("model", ""))[:200]
-    # Stored on the solution, so later labelers who stop at the same step
-    # rate the same alternatives; another labeler may have stored some
-    # first, and then those are used.
-    StepAlternative.objects.bulk_create(
-        [
-            StepAlternative(solution_id=solution_id, step_index=stop, ordinal=i, text=t, source_model=model)
-            for i, t in enumerate(texts, start=1)
-        ],
-        ignore_conflicts=True,
-    )
-    step_id = next(r.step_id for r in rows if r.index == stop)
-    StepRating.objects.bulk_create(
-        StepRating(step_id=step_id, completion_index=a.ordinal, text=a.text, rating=None, flagged=False)
-        for a in StepAlternative.objects.filter(solution_id=solution_id, step_index=stop).order_by("ordinal")
-    )
-    return _Attach.ATTACHED
 
 
 def assignment_submit(*, assignment_id: int, user_id: int | None, now: datetime | None = None) -> FinishReason:
@@ -328,12 +260,12 @@ def assignment_submit(*, assignment_id: int, user_id: int | None, now: datetime 
         rows = rating_rows(locked)
         # Alternatives generated for the error step are attached here and
         # committed, then the labeler rates them before finishing.
-        attach = _attach_generated(locked, steps, rows)
+        attach = alternatives_attach_locked(locked, steps, rows)
         progress = _progress(len(steps), rows)
-        reason = progress.ready_reason if attach == _Attach.NOTHING else None
+        reason = progress.ready_reason if attach == Attach.NOTHING else None
         if reason is not None:
             assignment_finish(locked, reason=reason, text="", now=now, rows=rows)
-    if attach == _Attach.PENDING:
+    if attach == Attach.PENDING:
         raise NotFinished("Other candidates for this step are still being generated; submit again in a moment.")
     if reason is None:
         raise NotFinished(
