@@ -62,6 +62,10 @@ def assignment_for_labeler(*, user: AbstractBaseUser, pk: int) -> Assignment:
     starts from a request checks the owner inside its locking read instead
     (``assignment_lock_row``), where it costs no query of its own.
     """
+    if user.pk is None:
+        # Labelers imported from the release have no user: a user without an
+        # id (not signed in) must not match them.
+        raise AssignmentNotFound(pk)
     assignment = (
         Assignment.objects.select_related("task__solution__problem").filter(pk=pk, labeler__user_id=user.pk).first()
     )
