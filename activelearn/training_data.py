@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db.models import Q
 
-from labeling.exports import read_snapshot
+from labeling.data.snapshot import read_snapshot
 from labeling.models import (
     Assignment,
     AssignmentStatus,
@@ -116,7 +116,7 @@ class TrainingSet:
 def labeled_solutions_iter(*, filters: TrainingDataFilters | None = None) -> Iterator[LabeledSolution]:
     """Labeled solutions in assignment order, read in pages of ``CHUNK`` assignments.
 
-    Call inside ``labeling.exports.read_snapshot()`` for one consistent view across pages.
+    Call inside ``labeling.data.snapshot.read_snapshot()`` for one consistent view across pages.
     """
     from activelearn.prm.data import LabeledSolution
 
