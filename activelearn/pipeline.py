@@ -35,7 +35,6 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timedelta
-from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 from django.conf import settings
@@ -59,6 +58,8 @@ from activelearn.models import (
     ScoreChunkStatus,
     SolutionScore,
 )
+from activelearn.selection import PoolCandidate, select_convincing
+from annotate.celery import send_after_commit
 from labeling.models import (
     RUNNING_GENERATION_STATUSES,
     Generation,
@@ -70,10 +71,11 @@ from labeling.models import (
     TaskKind,
     TaskStatus,
 )
+from labeling.quality.control import overlap_labelers_needed
+from labeling.quality.gold import quality_control_set_create
 
 if TYPE_CHECKING:
     from activelearn.prm.scoring import Reduction
-    from activelearn.simulation.selection import PoolCandidate
 
 logger = logging.getLogger(__name__)
 
@@ -141,9 +143,9 @@ class GenerationConfig:
     problem_ids: tuple[str, ...] | None = None
     split: str | None = None
     per_problem_cap: int | None = None
-    # Gold QC items added to the generation's QC pool (labeling.gold); 0 = none.
+    # Gold QC items added to the generation's QC pool (labeling.quality.gold); 0 = none.
     qc_items: int = 0
-    # Share of new tasks labeled twice (labeling.quality.overlap_labelers_needed);
+    # Share of new tasks labeled twice (labeling.quality.control.overlap_labelers_needed);
     # None = settings.OVERLAP_SHARE.
     overlap_share: float | None = None
     # Training: neutral labels as their own class or folded; scoring: neutral counted as.
@@ -379,23 +381,14 @@ def generation_close(*, generation_id: int) -> Generation:
 # --- Enqueueing ---------------------------------------------------------------------
 
 
-def _send(task_name: str, args: tuple[int, ...], queue: str, soft_limit: int) -> None:
-    from annotate.celery import app
-
-    app.send_task(
-        task_name,
+def _enqueue(task: str, *args: int, gpu: bool, soft_limit: int) -> None:
+    send_after_commit(
+        f"activelearn.tasks.{task}",
         args=args,
-        queue=queue,
+        queue=settings.PIPELINE_GPU_QUEUE if gpu else settings.PIPELINE_CPU_QUEUE,
         soft_time_limit=soft_limit,
         time_limit=soft_limit + settings.PIPELINE_HARD_LIMIT_GRACE_S,
     )
-
-
-def _enqueue(task: str, *args: int, gpu: bool, soft_limit: int) -> None:
-    # After commit only: a worker must find the rows this transaction wrote. A partial
-    # (not a lambda) so tests can read what was queued from captured callbacks.
-    queue = settings.PIPELINE_GPU_QUEUE if gpu else settings.PIPELINE_CPU_QUEUE
-    transaction.on_commit(partial(_send, f"activelearn.tasks.{task}", args, queue, soft_limit))
 
 
 def generation_dispatch(*, generation_id: int) -> None:
@@ -753,10 +746,6 @@ def selection_candidates(*, run: GenerationRun) -> list[PoolCandidate]:
     is (or was) a task in any generation is out, whatever row it sits in. Duplicates
     inside the pool count once (the lowest id).
     """
-    # Imported here: the package's __init__ loads the campaign code (torch), which the
-    # web process (it imports this module to start generations) must not pay for.
-    from activelearn.simulation.selection import PoolCandidate
-
     served = Task.objects.filter(
         solution__problem_id=OuterRef("solution__problem_id"),
         solution__content_sha256=OuterRef("solution__content_sha256"),
@@ -807,9 +796,6 @@ def generation_select(*, generation_id: int) -> int:
     run = _run_claim(generation_id=generation_id, step=_S.SELECTING)
     if run is None:
         return 0
-    from activelearn.simulation.selection import select_convincing
-    from labeling.quality import overlap_labelers_needed
-
     try:
         config = GenerationConfig.from_json(run.config)
         with transaction.atomic():
@@ -872,15 +858,13 @@ def generation_select(*, generation_id: int) -> int:
 
 
 def _quality_control_inject(*, generation: Generation, count: int) -> int:
-    """Top the generation's QC pool up to ``count`` gold items (labeling.gold owns QC tasks).
+    """Top the generation's QC pool up to ``count`` gold items (labeling.quality.gold owns QC tasks).
 
     Least-used gold first, so successive generations rotate through the gold set.
     Returns the size of the QC pool; fewer than ``count`` when there is not enough gold.
     """
     if count <= 0:
         return 0
-    from labeling.gold import quality_control_set_create
-
     have = set(
         Task.objects.filter(generation=generation, kind=TaskKind.QUALITY_CONTROL).values_list("solution_id", flat=True)
     )

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db.models import Q
 
-from labeling.exports import read_snapshot
+from labeling.data.snapshot import read_snapshot
 from labeling.models import (
     Assignment,
     AssignmentStatus,
@@ -64,7 +64,7 @@ class TrainingDataFilters:
     include_unfinished: bool = False
     include_excluded_labelers: bool = False
     include_suspended_labelers: bool = False
-    # Only problems of these splits (Problem.split; labeling.problem_splits) / these
+    # Only problems of these splits (Problem.split; labeling.data.problem_splits) / these
     # Problem.unique_ids; None: any.
     splits: tuple[str, ...] | None = None
     problem_ids: tuple[str, ...] | None = None
@@ -127,7 +127,7 @@ class TrainingSet:
 def labeled_solutions_iter(*, filters: TrainingDataFilters | None = None) -> Iterator[LabeledSolution]:
     """Labeled solutions in assignment order, read in pages of ``CHUNK`` assignments.
 
-    Call inside ``labeling.exports.read_snapshot()`` for one consistent view across pages.
+    Call inside ``labeling.data.snapshot.read_snapshot()`` for one consistent view across pages.
     """
     from activelearn.prm.data import LabeledSolution
 

@@ -118,7 +118,7 @@ def champ_records(problems: dict[str, Any]) -> tuple[list[dict[str, Any]], set[t
     """PRM800K records of CHAMP's first-wrong-step annotations, and their (problem, conversation) keys."""
     import champ_dataset
 
-    from labeling.demo import UNIQUE_ID_PREFIX, extract_final_answer, split_steps
+    from labeling.data.demo import UNIQUE_ID_PREFIX, extract_final_answer, split_steps
 
     dataset = champ_dataset.load("v0")
     records: list[dict[str, Any]] = []
@@ -175,7 +175,7 @@ def champ_records(problems: dict[str, Any]) -> tuple[list[dict[str, Any]], set[t
 
 def champ_pool(problem_ids: set[str], labeled: set[tuple[str, str]], per_problem: int) -> list[dict[str, Any]]:
     """Up to ``per_problem`` unlabeled conversations per problem, in the demo's serving order."""
-    from labeling.demo import read_champ
+    from labeling.data.demo import read_champ
 
     rows: list[dict[str, Any]] = []
     for problem in read_champ(solutions_per_problem=None):

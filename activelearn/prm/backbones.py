@@ -130,9 +130,14 @@ def load_tokenizer(directory: str | Path) -> PreTrainedTokenizerBase:
 
 def _load_model(directory: Path, dtype: torch.dtype | None) -> PreTrainedModel:
     config = _prepare_config(AutoConfig.from_pretrained(str(directory), local_files_only=True))
-    kwargs: dict[str, Any] = {"config": config, "local_files_only": True}
-    if dtype is not None:
-        kwargs["dtype"] = dtype
+    # transformers 5 loads a checkpoint in its stored dtype unless told otherwise, and
+    # Qwen2.5 is stored in bfloat16: AdamW steps of ~1e-5 round away in bf16 weights, so
+    # training needs float32 master weights. Inference callers ask for bfloat16 explicitly.
+    kwargs: dict[str, Any] = {
+        "config": config,
+        "local_files_only": True,
+        "dtype": dtype if dtype is not None else torch.float32,
+    }
     model: PreTrainedModel = AutoModel.from_pretrained(str(directory), **kwargs)
     return model
 

@@ -27,9 +27,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from activelearn.selection import PoolCandidate, Selected, select_convincing, select_uniform
 from activelearn.simulation.domain import Dataset, DomainConfig, GeneratedSolution, build_dataset, problem_texts
 from activelearn.simulation.oracle import OracleLabeler
-from activelearn.simulation.selection import PoolCandidate, Selected, select_convincing, select_uniform
 
 Strategy = Literal["convincing", "uniform"]
 STRATEGIES: tuple[Strategy, ...] = ("convincing", "uniform")

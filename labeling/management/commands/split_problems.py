@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from labeling.problem_splits import SplitRequestError, problems_split_assign
+from labeling.data.problem_splits import SplitRequestError, problems_split_assign
 
 
 class Command(BaseCommand):
