@@ -53,6 +53,14 @@ RECIPES: dict[Family, Recipe] = {
 }
 
 
+# On a GPU a forward and backward pass are cheap: the small families fine-tune there
+# (starting points, not measured on CHAMP; docs/prm.md).
+GPU_RECIPES: dict[Family, Recipe] = {
+    "small_encoder": Recipe("small_encoder", learning_rate=1e-4, num_epochs=3, max_length=512, freeze_layers=0),
+    "small_causal": Recipe("small_causal", learning_rate=5e-5, num_epochs=2, max_length=1024, freeze_layers=0),
+}
+
+
 def family_of_config(config: dict[str, object]) -> Family:
     model_type = str(config.get("model_type", ""))
     hidden = config.get("hidden_size")
@@ -85,5 +93,6 @@ def backbone_family(spec: str) -> Family:
     return "large_causal"
 
 
-def recipe_for(spec: str) -> Recipe:
-    return RECIPES[backbone_family(spec)]
+def recipe_for(spec: str, *, gpu: bool = False) -> Recipe:
+    family = backbone_family(spec)
+    return GPU_RECIPES.get(family, RECIPES[family]) if gpu else RECIPES[family]

@@ -102,7 +102,7 @@ class TrainConfig:
 
     def resolved(self) -> TrainConfig:
         """This config with every None default replaced by the backbone family's recipe."""
-        recipe = recipe_for(self.backbone)
+        recipe = recipe_for(self.backbone, gpu=torch.cuda.is_available() and not self.cpu)
         return replace(
             self,
             learning_rate=self.learning_rate if self.learning_rate is not None else recipe.learning_rate,

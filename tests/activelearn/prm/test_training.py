@@ -174,7 +174,7 @@ def test_lower_layers_can_be_frozen(tmp_path):
 def test_each_backbone_family_has_its_own_defaults(spec, family):
     recipe = recipe_for(spec)
     assert recipe.family == family
-    resolved = TrainConfig(output_dir=Path("x"), backbone=spec).resolved()
+    resolved = TrainConfig(output_dir=Path("x"), backbone=spec, cpu=True).resolved()
     assert (resolved.learning_rate, resolved.num_epochs, resolved.max_length, resolved.freeze_layers) == (
         recipe.learning_rate,
         recipe.num_epochs,
