@@ -20,6 +20,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from activelearn.evaluation_summary import checkpoint_evaluation_rows
 from activelearn.models import PRMCheckpoint, SolutionScore
 from activelearn.pipeline import (
     GenerationConfig,
@@ -34,13 +35,26 @@ from labeling.models import Generation, Solution
 from labeling.staff.admin_base import FastListAdmin, ReadOnlyAdminMixin
 
 
+def _fmt(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
 def _pretty(value: Any) -> SafeString:
     return format_html("<pre>{}</pre>", json.dumps(value, indent=2, sort_keys=True))
 
 
 @admin.register(PRMCheckpoint)
 class PRMCheckpointAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[type-arg]
-    list_display = ["id", "base_model", "status", "trained_through_generation", "examples_seen", "created_at"]
+    list_display = [
+        "id",
+        "base_model",
+        "status",
+        "trained_through_generation",
+        "examples_seen",
+        "threshold",
+        "aggregation",
+        "created_at",
+    ]
     list_filter = ["status"]
     fields = readonly_fields = (
         "base_model",
@@ -49,7 +63,12 @@ class PRMCheckpointAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[
         "trained_through_generation",
         "examples_seen",
         "duration_s",
+        "threshold",
+        "aggregation",
+        "calibration_display",
+        "evaluation_summary",
         "metrics_display",
+        "evaluation_display",
         "hyperparameters_display",
         "error",
         "created_at",
@@ -59,6 +78,44 @@ class PRMCheckpointAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[
     @admin.display(description="metrics")
     def metrics_display(self, obj: PRMCheckpoint) -> SafeString:
         return _pretty(obj.metrics)
+
+    @admin.display(description="chosen on validation")
+    def calibration_display(self, obj: PRMCheckpoint) -> SafeString:
+        return _pretty(obj.calibration)
+
+    @admin.display(description="held-out evaluation")
+    def evaluation_summary(self, obj: PRMCheckpoint) -> SafeString:
+        rows = checkpoint_evaluation_rows(checkpoint=obj)
+        if not rows:
+            return format_html("{}", "not evaluated (manage.py evaluate_prm)")
+        return format_html_join(
+            "\n",
+            "<p><b>{}</b>: {} labeled solutions; step AUROC {} (chance 0.5); first-error F1 {} "
+            "(random at the prior {}, always no error 0); best-of-{} on {} problems ({} skipped): PRM {}, "
+            "PRM-weighted {}, majority {}, random {}, oracle {}</p>",
+            (
+                (
+                    r.key,
+                    r.labeled_solutions,
+                    _fmt(r.step_auroc),
+                    _fmt(r.f1),
+                    _fmt(r.f1_random),
+                    r.n,
+                    r.problems,
+                    r.skipped,
+                    _fmt(r.prm),
+                    _fmt(r.weighted),
+                    _fmt(r.majority),
+                    _fmt(r.random),
+                    _fmt(r.oracle),
+                )
+                for r in rows
+            ),
+        )
+
+    @admin.display(description="evaluation (all numbers)")
+    def evaluation_display(self, obj: PRMCheckpoint) -> SafeString:
+        return _pretty(obj.evaluation)
 
     @admin.display(description="hyperparameters")
     def hyperparameters_display(self, obj: PRMCheckpoint) -> SafeString:

@@ -1,4 +1,5 @@
-"""The staff dashboard's PRM panel: metrics of the newest checkpoints, as a chart and a table.
+"""The staff dashboard's PRM panel: metrics of the newest checkpoints, as a chart and a table,
+and their held-out evaluations beside the baselines.
 
 Registered with labeling's dashboard (labeling.staff.panels) in
 ``ActivelearnConfig.ready()``.
@@ -12,6 +13,7 @@ from django.http import HttpRequest
 from django.template.loader import render_to_string
 from django.utils.safestring import SafeString, mark_safe
 
+from activelearn.evaluation_summary import checkpoint_evaluation_rows
 from activelearn.models import PRMCheckpoint
 from labeling.staff import charts
 
@@ -27,7 +29,15 @@ def checkpoint_metrics(*, limit: int = 20) -> CheckpointMetrics:
     """Numeric top-level entries of ``PRMCheckpoint.metrics`` for the newest runs, oldest first."""
     checkpoints = list(
         PRMCheckpoint.objects.only(
-            "id", "base_model", "status", "metrics", "trained_through_generation", "created_at"
+            "id",
+            "base_model",
+            "status",
+            "metrics",
+            "trained_through_generation",
+            "created_at",
+            "threshold",
+            "aggregation",
+            "evaluation",
         ).order_by("-id")[:limit]
     )[::-1]
     names: list[str] = []
@@ -56,6 +66,10 @@ def checkpoint_panel(request: HttpRequest) -> SafeString:
         "metrics": metrics,
         "metric_rows": [
             (c, [values[i] for values in metrics.series.values()]) for i, c in enumerate(metrics.checkpoints)
+        ],
+        # Held-out numbers beside their baselines, newest checkpoint first.
+        "evaluation_rows": [
+            (c, row) for c in reversed(metrics.checkpoints) for row in checkpoint_evaluation_rows(checkpoint=c)
         ],
     }
     # render_to_string escapes as any template does; the result is the panel's HTML.

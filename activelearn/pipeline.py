@@ -35,14 +35,21 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Exists, F, Max, OuterRef, Q, Sum
 from django.utils import timezone
 
-from activelearn.checkpoints import TRAIN_CONFIG_KEYS, backbone_check, checkpoint_create, checkpoint_run
+from activelearn.checkpoints import (
+    TRAIN_CONFIG_KEYS,
+    backbone_check,
+    checkpoint_aggregation,
+    checkpoint_create,
+    checkpoint_run,
+    checkpoint_threshold,
+)
 from activelearn.models import (
     CheckpointStatus,
     GenerationRun,
@@ -66,6 +73,9 @@ from labeling.models import (
 )
 from labeling.quality.control import overlap_labelers_needed
 from labeling.quality.gold import quality_control_set_create
+
+if TYPE_CHECKING:
+    from activelearn.prm.scoring import Reduction
 
 logger = logging.getLogger(__name__)
 
@@ -141,7 +151,9 @@ class GenerationConfig:
     # Training: neutral labels as their own class or folded; scoring: neutral counted as.
     neutral: str = "own"
     neutral_as: str = "positive"
-    reduction: str = "product"
+    # Step scores to a solution score; "" = the checkpoint's aggregation, chosen on its
+    # validation solutions (activelearn.prm.calibration), "min" for one without.
+    reduction: str = ""
     # Retrain on all labels so far first; otherwise score with checkpoint_id or the
     # latest READY checkpoint.
     retrain: bool = True
@@ -187,7 +199,10 @@ class GenerationConfig:
             isinstance(self.wrong_share, int | float) and 0.0 <= self.wrong_share <= 1.0,
             "wrong_share must lie in [0, 1]",
         )
-        need(self.split is None or self.split in {"train", "test", ""}, "split must be train, test or empty")
+        need(
+            self.split is None or self.split in {"train", "validation", "test", ""},
+            "split must be train, validation, test or empty",
+        )
         need(
             self.per_problem_cap is None or (integer(self.per_problem_cap) and self.per_problem_cap >= 1),
             "per_problem_cap must be a positive integer",
@@ -203,7 +218,10 @@ class GenerationConfig:
         )
         need(self.neutral in {"own", "positive", "negative"}, "neutral must be own, positive or negative")
         need(self.neutral_as in {"positive", "negative"}, "neutral_as must be positive or negative")
-        need(self.reduction in {"product", "min"}, "reduction must be product or min")
+        need(
+            self.reduction in {"", "product", "min", "mean", "last"},
+            "reduction must be empty (the checkpoint's), product, min, mean or last",
+        )
         need(isinstance(self.retrain, bool), "retrain must be true or false")
         need(self.checkpoint_id is None or integer(self.checkpoint_id), "checkpoint_id must be an integer")
         need(not (self.retrain and self.checkpoint_id is not None), "checkpoint_id is only used with retrain off")
@@ -621,6 +639,7 @@ def score_chunk_run(*, chunk_id: int) -> int:
         )
     )
     todo = [i for i in ids if i not in done]
+    reduction = cast("Reduction", config.reduction or checkpoint_aggregation(checkpoint=run.checkpoint))
     scored_here = 0
     try:
         from activelearn.solution_scoring import solutions_score
@@ -630,7 +649,7 @@ def score_chunk_run(*, chunk_id: int) -> int:
                 checkpoint=run.checkpoint,
                 solution_ids=todo[start : start + settings.PIPELINE_SCORE_BATCH],
                 batch_size=config.score_batch_size,
-                reduction="min" if config.reduction == "min" else "product",
+                reduction=reduction,
                 neutral_as="negative" if config.neutral_as == "negative" else "positive",
             )
             if mine.update(heartbeat_at=timezone.now(), scored=len(done) + scored_here) != 1:
@@ -733,21 +752,36 @@ def selection_candidates(*, run: GenerationRun) -> list[PoolCandidate]:
     )
     candidates: list[PoolCandidate] = []
     seen: set[tuple[int, str]] = set()
+    assert run.checkpoint is not None
+    threshold = checkpoint_threshold(checkpoint=run.checkpoint)
     for page in _pages(run_pool_ids(run=run)):
         rows = (
             SolutionScore.objects.filter(checkpoint_id=run.checkpoint_id, solution_id__in=page)
             .exclude(Exists(served))
             .order_by("solution_id")
             .values_list(
-                "solution_id", "score", "solution__problem_id", "solution__content_sha256", "solution__is_correct"
+                "solution_id",
+                "score",
+                "step_scores",
+                "solution__problem_id",
+                "solution__content_sha256",
+                "solution__is_correct",
             )
         )
-        for solution_id, score, problem_id, content, is_correct in rows:
+        for solution_id, score, step_scores, problem_id, content, is_correct in rows:
             if (problem_id, content) in seen:
                 continue
             seen.add((problem_id, content))
             candidates.append(
-                PoolCandidate(problem_id=problem_id, solution_id=solution_id, score=score, is_correct=is_correct)
+                PoolCandidate(
+                    problem_id=problem_id,
+                    solution_id=solution_id,
+                    score=score,
+                    is_correct=is_correct,
+                    # The checkpoint finds no step below its threshold: it is fooled, if
+                    # the answer is wrong (selection serves these first).
+                    passes=min(step_scores) >= threshold if step_scores else None,
+                )
             )
     return candidates
 
@@ -810,6 +844,11 @@ def generation_select(*, generation_id: int) -> int:
                     "wrong_answer_picks": sum(1 for p in picks if p.bucket == "wrong_answer"),
                     "other_picks": sum(1 for p in picks if p.bucket == "other"),
                     "picks_with_wrong_answer": sum(1 for p in picks if p.is_correct is False),
+                    # Wrong-answer picks in which the checkpoint finds no step under its
+                    # threshold: the solutions that fool it outright.
+                    "wrong_answer_picks_passing_threshold": sum(
+                        1 for p in picks if p.bucket == "wrong_answer" and p.passes is True
+                    ),
                 },
             )
     except Exception as error:

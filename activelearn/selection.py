@@ -1,7 +1,8 @@
 """Which unlabeled solutions to send to labelers next: pure functions on plain records.
 
 ``select_convincing`` is the PRM800K "convincing wrong-answer" rule: the PRM's score
-says how convincing a solution looks, the automatic grade says whether its final answer is
+(under the checkpoint's chosen aggregation), and whether the PRM flags any step below its
+first-error threshold, say how convincing a solution looks, the automatic grade says whether its final answer is
 wrong. A high-scoring wrong-answer solution is known to fool the current PRM somewhere,
 so labeling it is the most informative use of a label. ``wrong_share`` of the picks are
 the most convincing wrong-answer solutions; the rest are the most convincing of the
@@ -27,6 +28,9 @@ class PoolCandidate:
     solution_id: Hashable
     score: float  # PRM solution score: how convincing the solution looks
     is_correct: bool | None  # graded final answer; None (ungraded) never counts as wrong
+    # The PRM finds no step below its first-error threshold (None: unknown). A passing
+    # solution is more convincing than any it flags, whatever the aggregated scores.
+    passes: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -36,12 +40,14 @@ class Selected:
     priority: float  # the convincingness score; higher is labeled first
     is_correct: bool | None
     bucket: Bucket
+    passes: bool | None = None
 
 
 def _order(candidates: Iterable[PoolCandidate], rng: random.Random) -> list[PoolCandidate]:
-    """Highest score first; ties broken by a seeded shuffle, not by input order or id."""
+    """Solutions the PRM passes first, then highest score first; ties broken by a seeded
+    shuffle, not by input order or id."""
     keyed = [(candidate, rng.random()) for candidate in candidates]
-    keyed.sort(key=lambda pair: (-pair[0].score, pair[1]))
+    keyed.sort(key=lambda pair: (pair[0].passes is not True, -pair[0].score, pair[1]))
     return [candidate for candidate, _ in keyed]
 
 
@@ -109,7 +115,9 @@ def select_convincing(
         assert k_total is not None
         picks = _mix(_order(pool, rng), k_total, round(k_total * wrong_share))
     selected = [
-        Selected(candidate.problem_id, candidate.solution_id, candidate.score, candidate.is_correct, bucket)
+        Selected(
+            candidate.problem_id, candidate.solution_id, candidate.score, candidate.is_correct, bucket, candidate.passes
+        )
         for candidate, bucket in picks
     ]
     selected.sort(key=lambda item: -item.priority)

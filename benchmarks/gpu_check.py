@@ -647,6 +647,8 @@ def bench_training(ctx: Context, shape: Qwen2Shape, directory: Path, checkpointi
         mega_batch_batches=MEGA_BATCH_BATCHES,
         bf16=ctx.cuda,
         gradient_checkpointing=checkpointing,
+        # Fine-tuning is what is measured, whatever the backbone family's CPU default.
+        freeze_layers=0,
         seed=SEED,
         cpu=not ctx.cuda,
     )

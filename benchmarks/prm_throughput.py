@@ -137,9 +137,12 @@ def bench_training(args: argparse.Namespace, device: torch.device, solutions: li
         checkpoint_every=0,
         seed=0,
         cpu=not cuda,
+        # Fine-tuning is what is measured, whatever the backbone family's CPU default.
+        freeze_layers=0,
     )
     # Rebuild exactly the batches train_prm will see, in its order.
     model, tokenizer = ProcessRewardModel.from_backbone(args.backbone, max_length=args.max_length)
+    config_values["max_length"] = model.prm_config.max_length  # not the family's default
     sequences = encode_examples(model.step_encoder(tokenizer), build_examples(solutions))
     sampler = EpochBatchSampler([len(s.input_ids) for s in sequences], args.batch_size, 50, 0)
     collator = TrainingCollator(pad_id=model.step_encoder(tokenizer).pad_id, pad_to_multiple_of=8 if cuda else 1)

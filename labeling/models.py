@@ -32,6 +32,9 @@ def content_sha256(steps: list[str] | None, final_answer: str | None) -> str:
 
 class Split(models.TextChoices):
     TRAIN = "train", "train"
+    # Held out from training to choose what training cannot (threshold, aggregation,
+    # hyperparameters); see labeling.data.problem_splits.
+    VALIDATION = "validation", "validation"
     TEST = "test", "test"
     UNSPECIFIED = "", "unspecified"
 

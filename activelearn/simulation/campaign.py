@@ -120,6 +120,10 @@ def _train_and_load(labeled: Sequence[Any], output_dir: Path, config: CampaignCo
                 num_epochs=config.num_epochs,
                 batch_size=config.batch_size,
                 max_length=config.max_length,
+                # Fine-tune everything on a plain loss, whatever the backbone family's
+                # defaults: the published campaign table was measured that way.
+                freeze_layers=0,
+                class_weighting="none",
                 checkpoint_every=0,
                 seed=config.seed,
             ),

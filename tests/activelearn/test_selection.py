@@ -102,3 +102,16 @@ def test_uniform_never_picks_excluded_solutions_and_stops_at_the_pool_size():
 def test_selection_needs_a_budget():
     with pytest.raises(ValueError):
         select_convincing([], wrong_share=0.8)
+
+
+def test_wrong_answers_the_prm_passes_come_before_higher_scores_it_flags():
+    # The flagged wrong answer has the higher aggregated score, but the PRM already finds
+    # an error in it; the one it passes fools it and is the more informative label.
+    flagged = PoolCandidate("p", "flagged", score=0.9, is_correct=False, passes=False)
+    passing = PoolCandidate("p", "passing", score=0.6, is_correct=False, passes=True)
+    other = PoolCandidate("p", "other", score=0.95, is_correct=True, passes=True)
+    picks = select_convincing([flagged, passing, other], k_total=2, wrong_share=0.5)
+    assert [(p.solution_id, p.bucket, p.passes) for p in picks] == [
+        ("other", "other", True),
+        ("passing", "wrong_answer", True),
+    ]

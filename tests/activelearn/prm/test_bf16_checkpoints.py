@@ -56,6 +56,8 @@ def test_training_from_a_bfloat16_backbone_moves_its_weights_at_a_1e_5_learning_
         max_problem_tokens=16,
         warmup_ratio=0.0,
         checkpoint_every=0,
+        # A small causal LM trains only its head by default on a CPU; this is about fine-tuning.
+        freeze_layers=0,
     )
     result = train_prm(keyword_solutions(16, seed=4), config, validation=[])
     after = load_file(str(result.final_dir / "backbone" / "model.safetensors"))

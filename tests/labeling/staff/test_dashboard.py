@@ -159,3 +159,41 @@ def test_it_enqueues_only_after_commit(django_capture_on_commit_callbacks: Any) 
     assert len(callbacks) == 1
     assert job.filters["finished_only"] is True
     assert "neutral" not in job.filters
+
+
+@pytest.mark.django_db
+def test_it_shows_held_out_evaluations_beside_their_baselines(staff_client: Client) -> None:
+    evaluation = {
+        "labeled_solutions": 86,
+        "step_auroc": 0.7512,
+        "first_error": {"f1": 0.3123},
+        "first_error_baselines": {"random_at_prior": {"f1": 0.1087}},
+        "best_of_n": {
+            "4": {"problems": 40, "skipped": 0, "prm": 0.5, "weighted": 0.6, "majority": 0.6, "random": 0.4},
+            "16": {
+                "problems": 38,
+                "skipped": 2,
+                "prm": 0.4711,
+                "weighted": 0.6623,
+                "majority": 0.6401,
+                "random": 0.3902,
+                "oracle": 0.8903,
+            },
+        },
+    }
+    checkpoint = PRMCheckpoint.objects.create(
+        base_model="tiny",
+        status=CheckpointStatus.TRAINING,
+        threshold=0.8123,
+        aggregation="min",
+        evaluation={"split:test": evaluation},
+    )
+    page = staff_client.get("/dashboard/").content.decode()
+    row = page[page.index("split:test") :]
+    row = row[: row.index("</tr>")]
+    # The largest N is shown, with the problems skipped for having fewer candidates.
+    for text in ("(86)", "0.812 / min", "0.751", "0.312 (0.109)", "16, 38 (2)", "0.471", "0.662", "0.640", "0.890"):
+        assert text in row, text
+    admin_page = staff_client.get(reverse("admin:activelearn_prmcheckpoint_change", args=[checkpoint.pk]))
+    text = admin_page.content.decode()
+    assert "best-of-16 on 38 problems (2 skipped)" in text and "random at the prior 0.109" in text
