@@ -26,7 +26,6 @@ from django.db.models import Count, Q, QuerySet
 from activelearn.grading import (
     DEFAULT_TIMEOUT_S,
     ERROR_PREFIX,
-    NO_ANSWER,
     TIMEOUT,
     Grader,
     GradeResult,
@@ -34,12 +33,11 @@ from activelearn.grading import (
     extract_final_answer,
     grade_in_process,
 )
-from labeling.models import Solution
+from labeling.models import GRADING_NO_ANSWER, GRADING_NO_REFERENCE, Solution
 
 # Solutions graded per round and per bulk UPDATE.
 CHUNK = 500
 NOTE_MAX = Solution._meta.get_field("grading_note").max_length or 200
-NO_REFERENCE = "no reference answer"
 
 
 def solutions_grade(
@@ -99,16 +97,18 @@ def _grade(queryset: QuerySet[Solution], pool: GradingPool) -> int:
         given = final_answer if final_answer is not None else extract_final_answer("\n".join(steps or []))
         if reference is None or not reference.strip():
             # Nothing to grade against: leave it ungraded rather than call it wrong.
-            outcomes[solution_id] = (None, NO_REFERENCE)
+            outcomes[solution_id] = (None, GRADING_NO_REFERENCE)
         elif given is None or not given.strip():
-            outcomes[solution_id] = (None, NO_ANSWER)
+            outcomes[solution_id] = (None, GRADING_NO_ANSWER)
         else:
             pending.append((solution_id, given, reference))
     results: list[GradeResult] = pool.grade([(given, reference) for _, given, reference in pending])
     for (solution_id, _, _), result in zip(pending, results, strict=True):
         # A stored answer that, read again, states nothing ("Let's check.") is no answer too.
-        correct = result.correct if result.answered else None
-        outcomes[solution_id] = (correct, result.reason[:NOTE_MAX])
+        if result.answered:
+            outcomes[solution_id] = (result.correct, result.reason[:NOTE_MAX])
+        else:
+            outcomes[solution_id] = (None, GRADING_NO_ANSWER)
     objects = [
         Solution(id=solution_id, is_correct=correct, grading_note=note)
         for solution_id, (correct, note) in outcomes.items()
@@ -141,8 +141,8 @@ def grade_summary(queryset: QuerySet[Solution]) -> GradeSummary:
     counts = queryset.aggregate(
         correct=Count("id", filter=Q(is_correct=True)),
         wrong=Count("id", filter=Q(is_correct=False)),
-        no_answer=Count("id", filter=Q(is_correct__isnull=True, grading_note=NO_ANSWER)),
-        no_reference=Count("id", filter=Q(is_correct__isnull=True, grading_note=NO_REFERENCE)),
+        no_answer=Count("id", filter=Q(is_correct__isnull=True, grading_note=GRADING_NO_ANSWER)),
+        no_reference=Count("id", filter=Q(is_correct__isnull=True, grading_note=GRADING_NO_REFERENCE)),
         timed_out=Count("id", filter=Q(is_correct=False, grading_note=TIMEOUT)),
         errors=Count("id", filter=Q(is_correct=False, grading_note__startswith=ERROR_PREFIX)),
         ungraded=Count("id", filter=Q(is_correct__isnull=True, grading_note="")),

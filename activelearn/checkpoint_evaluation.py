@@ -1,40 +1,57 @@
 """Service: evaluate a READY checkpoint on held-out data; stored in ``PRMCheckpoint.evaluation``.
 
-Held-out data is either the validation side of the checkpoint's own train/validation
-split (the default: same filters, fraction and salt, so it is exactly what training did
-not see) or every labeled solution of one generation. Metrics (keys of the stored JSON):
+Held-out data is one of:
 
+* problems of given splits and/or given ``Problem.unique_id``s (``splits=``,
+  ``problem_ids=``): their labeled solutions, and their unlabeled pool for best-of-N;
+* one generation's labels (``generation=``) and the pool of that generation's problems;
+* by default, the checkpoint's own validation set (its validation splits when it was
+  trained with them, else the hash-held-out side of its training labels).
+
+``PRMCheckpoint.evaluation`` maps a key per held-out set (``split:test``,
+``generation:3``, ``validation``, ...) to the result below, so the validation and the
+test numbers of one checkpoint sit side by side. Keys of a result:
+
+* ``threshold`` (and ``threshold_source``): the checkpoint's, chosen on validation,
+  unless one is given; 0.5 for a checkpoint that has none.
+* ``aggregation``: the checkpoint's chosen aggregation ("min" when it has none).
 * ``step_auroc``: AUROC of P(step is fine) against the human ratings of every rated
-  completion, chosen path and alternatives (neutral counted as fine;
-  ``activelearn.prm.evaluation.labeled_step_auroc``), ``step_auroc_labeled_steps`` how
-  many; null when the held-out labels are all of one class.
-* ``first_error``: ProcessBench style. Each labeled solution's human trajectory (the chosen
-  completions, then the step where the labeler stopped, as shown) is scored; the
-  predicted first error is the first step with P(fine) < ``threshold``; the true one is
-  the first step rated -1 (none: an error-free solution). ``error_accuracy``,
-  ``correct_accuracy``, their harmonic mean ``f1``, and counts.
-* ``best_of_n``: per N (string keys), over held-out problems that have at least N solutions
-  both scored by this checkpoint and graded: ``trials`` random size-N subsets per problem;
-  ``prm_accuracy`` (highest score's answer is correct), ``majority_accuracy`` (most
-  frequent normalised answer), ``weighted_accuracy`` (answer with the largest summed
-  score), and ``problems``. Sizes with no eligible problem are left out. Uses stored
-  ``SolutionScore`` rows, so score the pool first.
+  completion (neutral counted as fine), with ``step_auroc_labeled_steps``; chance is 0.5.
+  Null when the held-out labels are all of one class.
+* ``first_error``: ProcessBench style on each labeled solution's trajectory (the chosen
+  completions, then the step where the labeler stopped): ``error_accuracy`` (first error
+  found exactly), ``correct_accuracy`` (error-free solution passed), their harmonic mean
+  ``f1`` and counts; ``first_error_baselines``: ``always_no_error`` and
+  ``random_at_prior`` (each step flagged with the share of -1 steps, ``error_prior``).
+* ``best_of_n``: per N (string keys), over held-out problems with at least N pool
+  solutions; the pool is every solution of those problems that was never served as a
+  task (nor has the content of one), scored by this checkpoint and graded. Per N:
+  ``problems`` used and ``skipped`` (fewer than N), ``trials``, and accuracies:
+  ``prm`` (highest score under the checkpoint's aggregation), ``prm_min``,
+  ``prm_product``, ``prm_mean``, ``prm_last``, ``weighted`` (answer with the largest
+  summed score), ``majority``, ``random`` (expected), ``oracle`` (some candidate right).
+  ``pool`` counts what was used and what was left out, and why.
+* ``held_out_problems`` and ``held_out_problems_in_training``: a non-zero overlap means
+  the numbers are not held-out numbers.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from django.db import transaction
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from activelearn.checkpoints import checkpoint_training_set
+from activelearn.checkpoints import checkpoint_aggregation, checkpoint_threshold, checkpoint_training_set
 from activelearn.grading import extract_final_answer, normalize_answer
 from activelearn.models import PRMCheckpoint, SolutionScore
 from activelearn.solution_scoring import checkpoint_model_load
 from activelearn.training_data import TrainingDataFilters, labeled_solutions_list
-from labeling.models import Task
+from labeling.models import Solution, Task
 
 if TYPE_CHECKING:
     from activelearn.prm.data import LabeledSolution
@@ -43,115 +60,249 @@ if TYPE_CHECKING:
 DEFAULT_BEST_OF_N = (1, 4, 16)
 
 
-def trajectory_with_first_error(solution: LabeledSolution) -> tuple[list[str], int | None]:
-    """The steps a labeler walked through and the index of the first one rated -1."""
-    steps: list[str] = []
-    first_error: int | None = None
-    for step in solution.steps:
-        completion = step.completions[step.chosen if step.chosen is not None else 0]
-        if completion.rating == -1 and first_error is None:
-            first_error = len(steps)
-        steps.append(completion.text)
-        if step.chosen is None:
-            break
-    return steps, first_error
+class EvaluationRequestError(ValueError):
+    """The held-out selection is unusable; the message says why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class HeldOut:
+    key: str  # the key of PRMCheckpoint.evaluation
+    labeled: list[LabeledSolution]
+    # Q on Solution selecting the held-out problems' solutions (the best-of-N pool).
+    pool: Q
+
+
+def held_out_select(
+    *,
+    checkpoint: PRMCheckpoint,
+    generation: int | None = None,
+    splits: Sequence[str] | None = None,
+    problem_ids: Sequence[str] | None = None,
+) -> HeldOut:
+    """The labeled solutions and the pool that an evaluation of ``checkpoint`` reads."""
+    from activelearn.prm.data import is_validation_problem
+
+    if generation is not None and (splits or problem_ids):
+        raise EvaluationRequestError("give either a generation or splits/problems, not both")
+    if splits or problem_ids:
+        filters = TrainingDataFilters(
+            splits=tuple(splits) if splits else None, problem_ids=tuple(problem_ids) if problem_ids else None
+        )
+        pool = Q()
+        if splits:
+            pool &= Q(problem__split__in=splits)
+        if problem_ids:
+            pool &= Q(problem__unique_id__in=problem_ids)
+        parts = [f"split:{'+'.join(splits)}" if splits else "", f"problems:{len(problem_ids)}" if problem_ids else ""]
+        return HeldOut(key=",".join(p for p in parts if p), labeled=labeled_solutions_list(filters=filters), pool=pool)
+    if generation is not None:
+        problems = Task.objects.filter(generation__number=generation).values("solution__problem_id")
+        return HeldOut(
+            key=f"generation:{generation}",
+            labeled=labeled_solutions_list(filters=TrainingDataFilters(generations=(generation,))),
+            pool=Q(problem_id__in=problems),
+        )
+    training_set = checkpoint_training_set(checkpoint=checkpoint)
+    validation = checkpoint.hyperparameters.get("validation_data")
+    if validation is not None:
+        filters = TrainingDataFilters.from_json(validation)
+        pool = Q()
+        if filters.splits is not None:
+            pool &= Q(problem__split__in=filters.splits)
+        if filters.problem_ids is not None:
+            pool &= Q(problem__unique_id__in=filters.problem_ids)
+        return HeldOut(key="validation", labeled=training_set.validation, pool=pool)
+    options = checkpoint.hyperparameters.get("train", {})
+    fraction = float(options.get("val_fraction", 0.1))
+    salt = str(options.get("split_salt", "prm-split"))
+    problems_seen = Solution.objects.values_list("problem__unique_id", flat=True).distinct()
+    held = [uid for uid in problems_seen if is_validation_problem(uid, fraction, salt)]
+    return HeldOut(key="validation", labeled=training_set.validation, pool=Q(problem__unique_id__in=held))
 
 
 def checkpoint_evaluate(
     *,
     checkpoint: PRMCheckpoint,
     generation: int | None = None,
+    splits: Sequence[str] | None = None,
+    problem_ids: Sequence[str] | None = None,
     best_of_n_sizes: Sequence[int] = DEFAULT_BEST_OF_N,
     trials: int = 10,
-    threshold: float = 0.5,
+    threshold: float | None = None,
     seed: int = 0,
     batch_size: int = 16,
 ) -> dict[str, Any]:
-    """Compute the metrics, store them on the row (with ``evaluated_at``) and return them."""
-    from activelearn.prm.data import is_validation_problem
-    from activelearn.prm.evaluation import best_of_n, first_error_metrics, labeled_step_auroc
+    """Compute the metrics, store them under their held-out key (with ``evaluated_at``)
+    and return them. The model is loaded once."""
+    from activelearn.prm.data import trajectory_with_first_error
+    from activelearn.prm.evaluation import auroc, first_error_baselines, first_error_metrics, labeled_step_auroc
     from activelearn.prm.scoring import score_solutions
 
-    model, tokenizer = checkpoint_model_load(checkpoint=checkpoint)
-    train_options = checkpoint.hyperparameters.get("train", {})
-    if generation is None:
-        held_out = checkpoint_training_set(checkpoint=checkpoint).validation
-    else:
-        held_out = labeled_solutions_list(filters=TrainingDataFilters(generations=(generation,)))
-
+    if any(n < 1 for n in best_of_n_sizes):
+        raise EvaluationRequestError("best-of-N sizes must be positive")
+    held_out = held_out_select(checkpoint=checkpoint, generation=generation, splits=splits, problem_ids=problem_ids)
+    used_threshold = checkpoint_threshold(checkpoint=checkpoint) if threshold is None else threshold
+    aggregation = checkpoint_aggregation(checkpoint=checkpoint)
+    trained_on = {s.problem_id for s in checkpoint_training_set(checkpoint=checkpoint).train}
+    held_problems = {s.problem_id for s in held_out.labeled}
     result: dict[str, Any] = {
-        "held_out": "validation_split" if generation is None else "generation",
+        "held_out": held_out.key,
         "generation": generation,
-        "labeled_solutions": len(held_out),
-        "threshold": threshold,
+        "labeled_solutions": len(held_out.labeled),
+        "held_out_problems": len(held_problems),
+        "held_out_problems_in_training": len(held_problems & trained_on),
+        "threshold": used_threshold,
+        "threshold_source": "given"
+        if threshold is not None
+        else "checkpoint (chosen on validation)"
+        if checkpoint.threshold is not None
+        else "default",
+        "aggregation": aggregation,
         "step_auroc": None,
         "step_auroc_labeled_steps": 0,
         "first_error": None,
+        "first_error_baselines": None,
+        "error_prior": None,
         "best_of_n": {},
+        "pool": {},
     }
-    if held_out:
-        trajectories = [trajectory_with_first_error(solution) for solution in held_out]
+    if held_out.labeled:
+        model, tokenizer = checkpoint_model_load(checkpoint=checkpoint)
+        trajectories = [trajectory_with_first_error(solution) for solution in held_out.labeled]
         scored = score_solutions(
             model,
             tokenizer,
-            [(solution.problem, steps) for solution, (steps, _) in zip(held_out, trajectories, strict=True)],
+            [(solution.problem, steps) for solution, (steps, _) in zip(held_out.labeled, trajectories, strict=True)],
             batch_size=batch_size,
             reduction="min",
         )
-        metrics = first_error_metrics(
-            [s.step_scores for s in scored], [first for _, first in trajectories], threshold=threshold
-        )
+        first_errors = [first for _, first in trajectories]
+        metrics = first_error_metrics([s.step_scores for s in scored], first_errors, threshold=used_threshold)
         result["first_error"] = dataclasses.asdict(metrics)
-        try:
-            report = labeled_step_auroc(model, tokenizer, held_out, neutral="positive", batch_size=batch_size)
-        except ValueError:
-            pass  # all held-out labels of one class: AUROC is undefined, stays null
-        else:
-            result["step_auroc"] = report.auroc
-            result["step_auroc_labeled_steps"] = report.labeled_steps
-
-    if generation is None:
-        fraction = float(train_options.get("val_fraction", 0.1))
-        salt = str(train_options.get("split_salt", "prm-split"))
-        candidates = _candidates(checkpoint, None)
-        pools = [pool for unique_id, pool in candidates.items() if is_validation_problem(unique_id, fraction, salt)]
-    else:
-        pools = list(_candidates(checkpoint, generation).values())
-    for n in best_of_n_sizes:
-        eligible = [pool for pool in pools if len(pool) >= n]
-        if not eligible:
-            continue
-        outcome = best_of_n(eligible, n, trials=trials, seed=seed)
-        result["best_of_n"][str(n)] = {
-            "problems": len(eligible),
-            "trials": outcome.trials,
-            "prm_accuracy": outcome.prm_accuracy,
-            "majority_accuracy": outcome.majority_accuracy,
-            "weighted_accuracy": outcome.weighted_accuracy,
+        steps_total = sum(len(steps) for steps, _ in trajectories)
+        prior = sum(first is not None for first in first_errors) / steps_total if steps_total else 0.0
+        result["error_prior"] = prior
+        result["first_error_baselines"] = {
+            name: dataclasses.asdict(value)
+            for name, value in first_error_baselines(
+                [len(steps) for steps, _ in trajectories], first_errors, prior
+            ).items()
         }
-    PRMCheckpoint.objects.filter(pk=checkpoint.pk).update(evaluation=result, evaluated_at=timezone.now())
-    checkpoint.evaluation = result
+        if all(len(step.completions) == 1 for solution in held_out.labeled for step in solution.steps):
+            # No alternatives: the rated completions are exactly the trajectory steps just
+            # scored, so the AUROC needs no second pass over the same sequences.
+            ratings = [
+                step.completions[0].rating
+                for solution, (steps, _) in zip(held_out.labeled, trajectories, strict=True)
+                for step in solution.steps[: len(steps)]
+            ]
+            values = [score for s in scored for score in s.step_scores]
+            fine = [rating != -1 for rating in ratings]  # neutral counts as fine
+            if 0 < sum(fine) < len(fine):
+                result["step_auroc"] = auroc(values, fine)
+                result["step_auroc_labeled_steps"] = len(fine)
+        else:
+            try:
+                report = labeled_step_auroc(
+                    model, tokenizer, held_out.labeled, neutral="positive", batch_size=batch_size
+                )
+            except ValueError:
+                pass  # all held-out labels of one class: AUROC is undefined, stays null
+            else:
+                result["step_auroc"] = report.auroc
+                result["step_auroc_labeled_steps"] = report.labeled_steps
+
+    pools, result["pool"] = _pool_candidates(checkpoint, held_out.pool, aggregation)
+    for n in best_of_n_sizes:
+        result["best_of_n"][str(n)] = _best_of_n_row(pools, n, trials, seed)
+    with transaction.atomic():
+        # Row lock: two evaluations of the same checkpoint (validation and test) each
+        # add their key without losing the other's.
+        stored = PRMCheckpoint.objects.select_for_update().get(pk=checkpoint.pk)
+        evaluation = {**(stored.evaluation or {}), held_out.key: result}
+        PRMCheckpoint.objects.filter(pk=checkpoint.pk).update(evaluation=evaluation, evaluated_at=timezone.now())
+    checkpoint.evaluation = evaluation
     return result
 
 
-def _candidates(checkpoint: PRMCheckpoint, generation: int | None) -> dict[str, list[Candidate]]:
-    """Scored and graded solutions by problem unique_id (optionally: problems of a generation)."""
-    from activelearn.prm.evaluation import Candidate
+def _best_of_n_row(pools: Sequence[Sequence[Candidate]], n: int, trials: int, seed: int) -> dict[str, Any]:
+    from activelearn.prm.evaluation import best_of_n
+    from activelearn.prm.scoring import REDUCTIONS
 
-    rows = SolutionScore.objects.filter(checkpoint=checkpoint, solution__is_correct__isnull=False)
-    if generation is not None:
-        problem_ids = Task.objects.filter(generation__number=generation).values("solution__problem_id")
-        rows = rows.filter(solution__problem_id__in=problem_ids)
-    pools: dict[str, list[Candidate]] = {}
-    for unique_id, score, final_answer, steps, is_correct in (
-        rows.order_by("solution_id")
-        .values_list(
-            "solution__problem__unique_id", "score", "solution__final_answer", "solution__steps", "solution__is_correct"
+    outcome = best_of_n(pools, n, trials=trials, seed=seed, aggregations=REDUCTIONS)
+
+    def number(value: float) -> float | None:
+        return None if math.isnan(value) else value
+
+    row: dict[str, Any] = {
+        "problems": outcome.problems,
+        "skipped": outcome.skipped,
+        "trials": trials,
+        "prm": number(outcome.prm_accuracy),
+        "weighted": number(outcome.weighted_accuracy),
+        "majority": number(outcome.majority_accuracy),
+        "random": number(outcome.random_accuracy),
+        "oracle": number(outcome.oracle_accuracy),
+    }
+    for name in REDUCTIONS:
+        value = outcome.by_aggregation.get(name)
+        row[f"prm_{name}"] = None if value is None else number(value)
+    return row
+
+
+def _pool_candidates(
+    checkpoint: PRMCheckpoint, pool: Q, aggregation: str
+) -> tuple[list[list[Candidate]], dict[str, int]]:
+    """The unlabeled pool of the held-out problems, scored by this checkpoint and graded.
+
+    A solution that is or was a task (in any generation), or has the same content as one
+    of its problem's tasks, is a labeled copy and stays out: best-of-N measures choosing
+    among solutions nobody has labeled. Everything left out is counted.
+    """
+    from activelearn.prm.evaluation import Candidate
+    from activelearn.prm.scoring import reduce_steps
+
+    served = Task.objects.filter(
+        solution__problem_id=OuterRef("problem_id"), solution__content_sha256=OuterRef("content_sha256")
+    )
+    solutions = Solution.objects.filter(pool, steps__isnull=False)
+    labeled_copies = solutions.filter(Exists(served)).count()
+    unlabeled = solutions.exclude(Exists(served))
+    scored = SolutionScore.objects.filter(checkpoint=checkpoint, solution_id=OuterRef("pk"))
+    counts = {
+        "labeled_copies_left_out": labeled_copies,
+        "unscored_left_out": unlabeled.exclude(Exists(scored)).count(),
+        "ungraded_left_out": unlabeled.filter(Exists(scored), is_correct__isnull=True).count(),
+    }
+    rows = (
+        SolutionScore.objects.filter(
+            checkpoint=checkpoint, solution__in=unlabeled.filter(is_correct__isnull=False).values("pk")
         )
-        .iterator(chunk_size=2000)
-    ):
+        .order_by("solution_id")
+        .values_list(
+            "solution__problem__unique_id",
+            "step_scores",
+            "solution__final_answer",
+            "solution__steps",
+            "solution__is_correct",
+        )
+    )
+    pools: dict[str, list[Candidate]] = {}
+    used = 0
+    for unique_id, step_scores, final_answer, steps, is_correct in rows.iterator(chunk_size=2000):
+        values = tuple(float(s) for s in step_scores or ())
+        if not values:
+            continue
         answer = final_answer if final_answer is not None else extract_final_answer("\n".join(steps or []))
         pools.setdefault(unique_id, []).append(
-            Candidate(score=score, answer=normalize_answer(answer or ""), is_correct=bool(is_correct))
+            Candidate(
+                score=reduce_steps(values, aggregation),  # type: ignore[arg-type]
+                answer=normalize_answer(answer or ""),
+                is_correct=bool(is_correct),
+                step_scores=values,
+            )
         )
-    return pools
+        used += 1
+    counts["solutions_used"] = used
+    counts["problems_with_candidates"] = len(pools)
+    return list(pools.values()), counts

@@ -14,15 +14,24 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from activelearn.models import CheckpointStatus, PRMCheckpoint
-from activelearn.training_data import TrainingDataFilters, TrainingSet, training_set_build
+from activelearn.training_data import (
+    OverlappingSplitsError,
+    TrainingDataFilters,
+    TrainingSet,
+    training_set_build,
+)
+
+if TYPE_CHECKING:
+    from activelearn.prm.scoring import Reduction
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +51,8 @@ TRAIN_CONFIG_KEYS = frozenset(
         "max_grad_norm",
         "max_length",
         "max_problem_tokens",
+        "freeze_layers",
+        "class_weighting",
         "val_fraction",
         "split_salt",
         "seed",
@@ -55,6 +66,10 @@ TRAIN_CONFIG_KEYS = frozenset(
         "neutral",
     }
 )
+# What a checkpoint without a calibration (trained without validation data) uses: "min"
+# because "product" rewards short solutions.
+DEFAULT_THRESHOLD = 0.5
+DEFAULT_AGGREGATION = "min"
 # A TRAINING row's heartbeat is refreshed at most this often (one UPDATE per step would
 # be wasteful with fast steps); a reconciler should allow several intervals of slack.
 HEARTBEAT_INTERVAL_S = 10.0
@@ -62,6 +77,8 @@ LOSS_CURVE_POINTS = 100
 
 # (optimizer step, total steps, loss)
 Progress = Callable[[int, int, float], None]
+# One validation report per epoch (activelearn.prm.training.EpochReport, as a dict).
+EpochCallback = Callable[[dict[str, Any]], None]
 
 # Which statuses a row may move to, from which. FAILED → TRAINING is a retry (it resumes);
 # READY is final.
@@ -80,8 +97,22 @@ class BackboneMissingError(ValueError):
     """The backbone spec is not a builtin name and not an existing directory."""
 
 
+class SplitSelectionError(ValueError):
+    """Training and validation selections overlap (re-raised from the selector)."""
+
+
 class CheckpointStoppedError(RuntimeError):
     """The row left TRAINING while the run was going (failed by someone else): stop."""
+
+
+def checkpoint_aggregation(*, checkpoint: PRMCheckpoint) -> Reduction:
+    """The solution-score aggregation chosen on validation, or the default."""
+    return cast("Reduction", checkpoint.aggregation or DEFAULT_AGGREGATION)
+
+
+def checkpoint_threshold(*, checkpoint: PRMCheckpoint) -> float:
+    """The first-error threshold chosen on validation, or the default."""
+    return DEFAULT_THRESHOLD if checkpoint.threshold is None else checkpoint.threshold
 
 
 def backbone_check(*, spec: str) -> None:
@@ -123,12 +154,14 @@ def checkpoint_create(
     base_model: str,
     through_generation: int | None,
     filters: TrainingDataFilters | None = None,
+    validation_filters: TrainingDataFilters | None = None,
     config: Mapping[str, Any] | None = None,
     output_root: Path | None = None,
 ) -> PRMCheckpoint:
     """A TRAINING row with its hyperparameters and output directory; trains nothing.
 
-    ``filters.through_generation`` is taken from ``through_generation``.
+    ``filters.through_generation`` is taken from ``through_generation``. Without
+    ``validation_filters`` the labels are split by a hash of the problem id.
     """
     backbone_check(spec=base_model)
     overrides = dict(config or {})
@@ -142,7 +175,11 @@ def checkpoint_create(
         checkpoint = PRMCheckpoint.objects.create(
             base_model=base_model,
             trained_through_generation=through_generation,
-            hyperparameters={"train": overrides, "data": data_filters.to_json()},
+            hyperparameters={
+                "train": overrides,
+                "data": data_filters.to_json(),
+                "validation_data": None if validation_filters is None else validation_filters.to_json(),
+            },
             heartbeat_at=timezone.now(),
         )
         # The id names the directory, so it is set after the insert.
@@ -155,8 +192,10 @@ def checkpoint_training_set(*, checkpoint: PRMCheckpoint) -> TrainingSet:
     """The training set a checkpoint trains (or trained) on, rebuilt from its row."""
     train = checkpoint.hyperparameters.get("train", {})
     filters = TrainingDataFilters.from_json(checkpoint.hyperparameters.get("data", {}))
+    validation = checkpoint.hyperparameters.get("validation_data")
     return training_set_build(
         filters=filters,
+        validation_filters=None if validation is None else TrainingDataFilters.from_json(validation),
         neutral=train.get("neutral", "own"),
         val_fraction=train.get("val_fraction", 0.1),
         split_salt=train.get("split_salt", "prm-split"),
@@ -168,6 +207,7 @@ def checkpoint_run(
     checkpoint_id: int,
     training_set: TrainingSet | None = None,
     progress: Progress | None = None,
+    on_epoch: EpochCallback | None = None,
 ) -> PRMCheckpoint:
     """Train (or resume) a checkpoint and record the outcome on its row.
 
@@ -200,6 +240,7 @@ def checkpoint_run(
             config,
             validation=training_set.validation,
             progress=_heartbeat_progress(checkpoint_id, progress),
+            on_epoch=None if on_epoch is None else (lambda report: on_epoch(asdict(report))),
         )
     except BaseException as error:
         checkpoint_transition(
@@ -215,6 +256,10 @@ def checkpoint_run(
         "val_loss": result.val_loss,
         "val_accuracy": result.val_accuracy,
         "val_labeled_steps": result.val_labeled_steps,
+        # Beside accuracy, what a constant guess of the majority class scores, and AUROC.
+        "val_majority_accuracy": result.val_majority_accuracy,
+        "val_auroc": result.val_auroc,
+        "epochs": result.epochs,
         "train_solutions": len(training_set.train),
         "validation_solutions": len(training_set.validation),
         "labeled_steps_seen": result.labeled_steps_seen,
@@ -225,11 +270,15 @@ def checkpoint_run(
         # Every stride-th (step, loss), plus the last: enough to plot, small enough for a row.
         "train_loss_curve": [list(point) for point in losses[::stride]] + ([list(losses[-1])] if losses else []),
     }
+    calibration = result.calibration or {}
     checkpoint_transition(
         checkpoint_id=checkpoint_id,
         to=CheckpointStatus.READY,
         path=str(result.final_dir),
         metrics=metrics,
+        threshold=calibration.get("threshold"),
+        aggregation=calibration.get("aggregation", ""),
+        calibration=calibration,
         examples_seen=result.examples_seen,
         # Wall time of this call; a resumed run counts only its own part.
         duration_s=time.monotonic() - started,
@@ -246,25 +295,32 @@ def checkpoint_train(
     base_model: str,
     through_generation: int | None,
     filters: TrainingDataFilters | None = None,
+    validation_filters: TrainingDataFilters | None = None,
     config: Mapping[str, Any] | None = None,
     output_root: Path | None = None,
     progress: Progress | None = None,
+    on_epoch: EpochCallback | None = None,
 ) -> PRMCheckpoint:
     """Create a checkpoint row and train it in this process (the command's path).
 
-    Raises NoTrainingDataError before creating a row when no label matches.
+    Raises NoTrainingDataError before creating a row when no label matches, and
+    SplitSelectionError when the training and validation selections share a problem.
     """
     backbone_check(spec=base_model)
     overrides = dict(config or {})
     data_filters = TrainingDataFilters.from_json(
         {**(filters or TrainingDataFilters()).to_json(), "through_generation": through_generation}
     )
-    training_set = training_set_build(
-        filters=data_filters,
-        neutral=overrides.get("neutral", "own"),
-        val_fraction=overrides.get("val_fraction", 0.1),
-        split_salt=overrides.get("split_salt", "prm-split"),
-    )
+    try:
+        training_set = training_set_build(
+            filters=data_filters,
+            validation_filters=validation_filters,
+            neutral=overrides.get("neutral", "own"),
+            val_fraction=overrides.get("val_fraction", 0.1),
+            split_salt=overrides.get("split_salt", "prm-split"),
+        )
+    except OverlappingSplitsError as error:
+        raise SplitSelectionError(str(error)) from None
     if not training_set.train:
         raise NoTrainingDataError(
             f"no labeled solutions to train on ({training_set.solutions} matched, all in the validation split)"
@@ -275,10 +331,11 @@ def checkpoint_train(
         base_model=base_model,
         through_generation=through_generation,
         filters=data_filters,
+        validation_filters=validation_filters,
         config=overrides,
         output_root=output_root,
     )
-    return checkpoint_run(checkpoint_id=checkpoint.pk, training_set=training_set, progress=progress)
+    return checkpoint_run(checkpoint_id=checkpoint.pk, training_set=training_set, progress=progress, on_epoch=on_epoch)
 
 
 def _heartbeat_progress(checkpoint_id: int, progress: Progress | None) -> Progress:
@@ -287,6 +344,7 @@ def _heartbeat_progress(checkpoint_id: int, progress: Progress | None) -> Progre
     def callback(step: int, total: int, loss: float) -> None:
         nonlocal last
         now = time.monotonic()
+        # Step 0: work before the first optimizer step (a head-only run's features).
         if step == 1 or step == total or now - last >= HEARTBEAT_INTERVAL_S:
             last = now
             if not checkpoint_heartbeat(checkpoint_id=checkpoint_id, steps_done=step, steps_total=total):

@@ -40,6 +40,14 @@ class PRMCheckpoint(models.Model):
     # Bumped from the training progress callback; a TRAINING row whose heartbeat is old
     # belongs to a dead worker (what a reconciler looks for).
     heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # Chosen on the validation solutions when training ends (activelearn.prm.calibration):
+    # the P(fine) below which a step is the first error, and the step-score aggregation
+    # that ranks whole solutions best. Evaluation, scoring and selection use them; null /
+    # "" for a checkpoint trained without validation data (they fall back to 0.5 / min).
+    threshold = models.FloatField(null=True, blank=True)
+    aggregation = models.CharField(max_length=10, blank=True, default="")
+    # How they were chosen (per-aggregation AUROC, validation F1 at the threshold).
+    calibration = models.JSONField(default=dict, blank=True)
     # Held-out metrics written by checkpoint_evaluate (keys documented in docs/prm.md);
     # separate from ``metrics`` (training) so the two writers never overwrite each other.
     evaluation = models.JSONField(default=dict, blank=True)
@@ -51,6 +59,14 @@ class PRMCheckpoint(models.Model):
     class Meta:
         ordering = ["-id"]
         constraints = [
+            models.CheckConstraint(
+                condition=Q(aggregation__in=["", "min", "product", "mean", "last"]),
+                name="prm_checkpoint_aggregation_known",
+            ),
+            models.CheckConstraint(
+                condition=Q(threshold__isnull=True) | (Q(threshold__gte=0) & Q(threshold__lte=1)),
+                name="prm_checkpoint_threshold_is_probability",
+            ),
             # Scoring loads ``path``: a READY row without one would fail every scoring chunk.
             models.CheckConstraint(
                 condition=~Q(status=CheckpointStatus.READY) | ~Q(path=""), name="prm_checkpoint_ready_has_path"
@@ -74,6 +90,7 @@ class SolutionScore(models.Model):
     checkpoint = models.ForeignKey(PRMCheckpoint, on_delete=models.CASCADE, related_name="scores")
     score = models.FloatField()
     step_scores = models.JSONField(default=list)
+    # The aggregation ``score`` was computed with; ``step_scores`` allow any other.
     reduction = models.CharField(max_length=10, default="product")
     scored_at = models.DateTimeField(auto_now=True)
 

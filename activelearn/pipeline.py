@@ -35,7 +35,6 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timedelta
-from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 from django.conf import settings
@@ -43,7 +42,14 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, Exists, F, Max, OuterRef, Q, Sum
 from django.utils import timezone
 
-from activelearn.checkpoints import TRAIN_CONFIG_KEYS, backbone_check, checkpoint_create, checkpoint_run
+from activelearn.checkpoints import (
+    TRAIN_CONFIG_KEYS,
+    backbone_check,
+    checkpoint_aggregation,
+    checkpoint_create,
+    checkpoint_run,
+    checkpoint_threshold,
+)
 from activelearn.models import (
     CheckpointStatus,
     GenerationRun,
@@ -52,6 +58,8 @@ from activelearn.models import (
     ScoreChunkStatus,
     SolutionScore,
 )
+from activelearn.selection import PoolCandidate, select_convincing
+from annotate.celery import send_after_commit
 from labeling.models import (
     RUNNING_GENERATION_STATUSES,
     Generation,
@@ -63,9 +71,11 @@ from labeling.models import (
     TaskKind,
     TaskStatus,
 )
+from labeling.quality.control import overlap_labelers_needed
+from labeling.quality.gold import quality_control_set_create
 
 if TYPE_CHECKING:
-    from activelearn.simulation.selection import PoolCandidate
+    from activelearn.prm.scoring import Reduction
 
 logger = logging.getLogger(__name__)
 
@@ -133,15 +143,17 @@ class GenerationConfig:
     problem_ids: tuple[str, ...] | None = None
     split: str | None = None
     per_problem_cap: int | None = None
-    # Gold QC items added to the generation's QC pool (labeling.gold); 0 = none.
+    # Gold QC items added to the generation's QC pool (labeling.quality.gold); 0 = none.
     qc_items: int = 0
-    # Share of new tasks labeled twice (labeling.quality.overlap_labelers_needed);
+    # Share of new tasks labeled twice (labeling.quality.control.overlap_labelers_needed);
     # None = settings.OVERLAP_SHARE.
     overlap_share: float | None = None
     # Training: neutral labels as their own class or folded; scoring: neutral counted as.
     neutral: str = "own"
     neutral_as: str = "positive"
-    reduction: str = "product"
+    # Step scores to a solution score; "" = the checkpoint's aggregation, chosen on its
+    # validation solutions (activelearn.prm.calibration), "min" for one without.
+    reduction: str = ""
     # Retrain on all labels so far first; otherwise score with checkpoint_id or the
     # latest READY checkpoint.
     retrain: bool = True
@@ -187,7 +199,10 @@ class GenerationConfig:
             isinstance(self.wrong_share, int | float) and 0.0 <= self.wrong_share <= 1.0,
             "wrong_share must lie in [0, 1]",
         )
-        need(self.split is None or self.split in {"train", "test", ""}, "split must be train, test or empty")
+        need(
+            self.split is None or self.split in {"train", "validation", "test", ""},
+            "split must be train, validation, test or empty",
+        )
         need(
             self.per_problem_cap is None or (integer(self.per_problem_cap) and self.per_problem_cap >= 1),
             "per_problem_cap must be a positive integer",
@@ -203,7 +218,10 @@ class GenerationConfig:
         )
         need(self.neutral in {"own", "positive", "negative"}, "neutral must be own, positive or negative")
         need(self.neutral_as in {"positive", "negative"}, "neutral_as must be positive or negative")
-        need(self.reduction in {"product", "min"}, "reduction must be product or min")
+        need(
+            self.reduction in {"", "product", "min", "mean", "last"},
+            "reduction must be empty (the checkpoint's), product, min, mean or last",
+        )
         need(isinstance(self.retrain, bool), "retrain must be true or false")
         need(self.checkpoint_id is None or integer(self.checkpoint_id), "checkpoint_id must be an integer")
         need(not (self.retrain and self.checkpoint_id is not None), "checkpoint_id is only used with retrain off")
@@ -363,23 +381,14 @@ def generation_close(*, generation_id: int) -> Generation:
 # --- Enqueueing ---------------------------------------------------------------------
 
 
-def _send(task_name: str, args: tuple[int, ...], queue: str, soft_limit: int) -> None:
-    from annotate.celery import app
-
-    app.send_task(
-        task_name,
+def _enqueue(task: str, *args: int, gpu: bool, soft_limit: int) -> None:
+    send_after_commit(
+        f"activelearn.tasks.{task}",
         args=args,
-        queue=queue,
+        queue=settings.PIPELINE_GPU_QUEUE if gpu else settings.PIPELINE_CPU_QUEUE,
         soft_time_limit=soft_limit,
         time_limit=soft_limit + settings.PIPELINE_HARD_LIMIT_GRACE_S,
     )
-
-
-def _enqueue(task: str, *args: int, gpu: bool, soft_limit: int) -> None:
-    # After commit only: a worker must find the rows this transaction wrote. A partial
-    # (not a lambda) so tests can read what was queued from captured callbacks.
-    queue = settings.PIPELINE_GPU_QUEUE if gpu else settings.PIPELINE_CPU_QUEUE
-    transaction.on_commit(partial(_send, f"activelearn.tasks.{task}", args, queue, soft_limit))
 
 
 def generation_dispatch(*, generation_id: int) -> None:
@@ -630,6 +639,7 @@ def score_chunk_run(*, chunk_id: int) -> int:
         )
     )
     todo = [i for i in ids if i not in done]
+    reduction = cast("Reduction", config.reduction or checkpoint_aggregation(checkpoint=run.checkpoint))
     scored_here = 0
     try:
         from activelearn.solution_scoring import solutions_score
@@ -639,7 +649,7 @@ def score_chunk_run(*, chunk_id: int) -> int:
                 checkpoint=run.checkpoint,
                 solution_ids=todo[start : start + settings.PIPELINE_SCORE_BATCH],
                 batch_size=config.score_batch_size,
-                reduction="min" if config.reduction == "min" else "product",
+                reduction=reduction,
                 neutral_as="negative" if config.neutral_as == "negative" else "positive",
             )
             if mine.update(heartbeat_at=timezone.now(), scored=len(done) + scored_here) != 1:
@@ -736,31 +746,42 @@ def selection_candidates(*, run: GenerationRun) -> list[PoolCandidate]:
     is (or was) a task in any generation is out, whatever row it sits in. Duplicates
     inside the pool count once (the lowest id).
     """
-    # Imported here: the package's __init__ loads the campaign code (torch), which the
-    # web process (it imports this module to start generations) must not pay for.
-    from activelearn.simulation.selection import PoolCandidate
-
     served = Task.objects.filter(
         solution__problem_id=OuterRef("solution__problem_id"),
         solution__content_sha256=OuterRef("solution__content_sha256"),
     )
     candidates: list[PoolCandidate] = []
     seen: set[tuple[int, str]] = set()
+    assert run.checkpoint is not None
+    threshold = checkpoint_threshold(checkpoint=run.checkpoint)
     for page in _pages(run_pool_ids(run=run)):
         rows = (
             SolutionScore.objects.filter(checkpoint_id=run.checkpoint_id, solution_id__in=page)
             .exclude(Exists(served))
             .order_by("solution_id")
             .values_list(
-                "solution_id", "score", "solution__problem_id", "solution__content_sha256", "solution__is_correct"
+                "solution_id",
+                "score",
+                "step_scores",
+                "solution__problem_id",
+                "solution__content_sha256",
+                "solution__is_correct",
             )
         )
-        for solution_id, score, problem_id, content, is_correct in rows:
+        for solution_id, score, step_scores, problem_id, content, is_correct in rows:
             if (problem_id, content) in seen:
                 continue
             seen.add((problem_id, content))
             candidates.append(
-                PoolCandidate(problem_id=problem_id, solution_id=solution_id, score=score, is_correct=is_correct)
+                PoolCandidate(
+                    problem_id=problem_id,
+                    solution_id=solution_id,
+                    score=score,
+                    is_correct=is_correct,
+                    # The checkpoint finds no step below its threshold: it is fooled, if
+                    # the answer is wrong (selection serves these first).
+                    passes=min(step_scores) >= threshold if step_scores else None,
+                )
             )
     return candidates
 
@@ -775,9 +796,6 @@ def generation_select(*, generation_id: int) -> int:
     run = _run_claim(generation_id=generation_id, step=_S.SELECTING)
     if run is None:
         return 0
-    from activelearn.simulation.selection import select_convincing
-    from labeling.quality import overlap_labelers_needed
-
     try:
         config = GenerationConfig.from_json(run.config)
         with transaction.atomic():
@@ -826,6 +844,11 @@ def generation_select(*, generation_id: int) -> int:
                     "wrong_answer_picks": sum(1 for p in picks if p.bucket == "wrong_answer"),
                     "other_picks": sum(1 for p in picks if p.bucket == "other"),
                     "picks_with_wrong_answer": sum(1 for p in picks if p.is_correct is False),
+                    # Wrong-answer picks in which the checkpoint finds no step under its
+                    # threshold: the solutions that fool it outright.
+                    "wrong_answer_picks_passing_threshold": sum(
+                        1 for p in picks if p.bucket == "wrong_answer" and p.passes is True
+                    ),
                 },
             )
     except Exception as error:
@@ -835,15 +858,13 @@ def generation_select(*, generation_id: int) -> int:
 
 
 def _quality_control_inject(*, generation: Generation, count: int) -> int:
-    """Top the generation's QC pool up to ``count`` gold items (labeling.gold owns QC tasks).
+    """Top the generation's QC pool up to ``count`` gold items (labeling.quality.gold owns QC tasks).
 
     Least-used gold first, so successive generations rotate through the gold set.
     Returns the size of the QC pool; fewer than ``count`` when there is not enough gold.
     """
     if count <= 0:
         return 0
-    from labeling.gold import quality_control_set_create
-
     have = set(
         Task.objects.filter(generation=generation, kind=TaskKind.QUALITY_CONTROL).values_list("solution_id", flat=True)
     )

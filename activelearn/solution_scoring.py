@@ -1,22 +1,25 @@
 """Service: score stored solutions with a trained checkpoint, upserting ``SolutionScore``.
 
-Work is addressed by solution id range so the generation pipeline can fan a pool out
-over several GPU workers: each chunk task scores ``first_id..last_id`` and writes its own
-rows. Re-scoring (a redelivered chunk, a second run) updates rows in place thanks to the
-``solution_score_once_per_checkpoint`` unique constraint, so chunks are idempotent.
+Work is addressed by what it is (``scoring_pool``: problems of a split, given problems,
+a generation's tasks, only what the checkpoint has not scored) or by solution id range,
+so the generation pipeline can fan a pool out over several GPU workers. Re-scoring (a
+redelivered chunk, a second run) updates rows in place thanks to the
+``solution_score_once_per_checkpoint`` unique constraint, so chunks are idempotent. The
+model is loaded once per process (``checkpoint_model_load``), however many pages a run has.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
 from activelearn.models import CheckpointStatus, PRMCheckpoint, SolutionScore
+from activelearn.solution_selectors import solutions_matching
 from labeling.models import Solution
 
 if TYPE_CHECKING:
@@ -24,7 +27,7 @@ if TYPE_CHECKING:
 
     from activelearn.prm.modeling import ProcessRewardModel
 
-Reduction = Literal["product", "min"]
+Reduction = Literal["product", "min", "mean", "last"]
 NeutralAs = Literal["positive", "negative"]
 
 # Solutions read, scored and written per round trip: bounded memory, few large INSERTs.
@@ -59,6 +62,27 @@ def checkpoint_model_load(*, checkpoint: PRMCheckpoint) -> tuple[ProcessRewardMo
             _cached.clear()
             _cached[key] = (model, tokenizer)
         return _cached[key]
+
+
+def scoring_pool(
+    *,
+    checkpoint: PRMCheckpoint,
+    splits: Sequence[str] | None = None,
+    problem_ids: Sequence[str] | None = None,
+    generation: int | None = None,
+    unscored: bool = False,
+) -> QuerySet[Solution]:
+    """Solutions with steps, narrowed by problem split, problem id, generation (served as
+    its tasks; ``solution_selectors.solutions_matching``) and, with ``unscored``, to those
+    ``checkpoint`` has not scored yet."""
+    queryset = solutions_matching(
+        splits=splits or (), problem_ids=problem_ids or (), generations=() if generation is None else (generation,)
+    )
+    if unscored:
+        queryset = queryset.exclude(
+            Exists(SolutionScore.objects.filter(checkpoint=checkpoint, solution_id=OuterRef("pk")))
+        )
+    return queryset
 
 
 def solutions_score(

@@ -1,17 +1,13 @@
-"""Selectors: solutions chosen by what they are, for the commands that grade, score and
-evaluate them (``--split``, ``--problem``, ``--generation``, id ranges)."""
+"""Selectors: solutions chosen by what they are, for the commands that grade and score
+them (``--split``, ``--problem``, ``--generation``, id ranges)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
-from labeling.models import Generation, Solution, Split
-
-
-class SelectionError(ValueError):
-    """A selection that names something that does not exist; the message says what."""
+from labeling.models import Solution, Task
 
 
 def never_graded_q() -> Q:
@@ -22,35 +18,33 @@ def never_graded_q() -> Q:
 
 def solutions_matching(
     *,
-    split: str | None = None,
-    problems: Sequence[str] = (),
+    splits: Sequence[str] = (),
+    problem_ids: Sequence[str] = (),
     generations: Sequence[int] = (),
     first_id: int | None = None,
     last_id: int | None = None,
 ) -> QuerySet[Solution]:
     """Solutions with steps (not phase-1 placeholders) that match every filter given.
 
-    ``problems``: ``Problem.unique_id`` values; one ending in ``*`` is a prefix
-    (``champ/*``). ``generations``: ``Generation.number`` values; a solution belongs to a
-    generation when it was served there as a task. ``split``: the problem's split.
+    ``splits``: the problem's ``Problem.split``. ``problem_ids``: ``Problem.unique_id``
+    values; one ending in ``*`` is a prefix (``champ/*``). ``generations``:
+    ``Generation.number`` values; a solution belongs to a generation when it was served
+    there as a task.
     """
     queryset = Solution.objects.filter(steps__isnull=False)
-    if split is not None:
-        if split not in Split.values or split == Split.UNSPECIFIED:
-            raise SelectionError(f"split must be one of train, test; got {split!r}")
-        queryset = queryset.filter(problem__split=split)
-    if problems:
+    if splits:
+        queryset = queryset.filter(problem__split__in=splits)
+    if problem_ids:
         match = Q()
-        for problem in problems:
+        for problem in problem_ids:
             prefix = problem.endswith("*")
             match |= Q(problem__unique_id__startswith=problem[:-1]) if prefix else Q(problem__unique_id=problem)
         queryset = queryset.filter(match)
     if generations:
-        known = set(Generation.objects.filter(number__in=generations).values_list("number", flat=True))
-        unknown = sorted(set(generations) - known)
-        if unknown:
-            raise SelectionError(f"no generation numbered {', '.join(str(n) for n in unknown)}")
-        queryset = queryset.filter(tasks__generation__number__in=generations).distinct()
+        # EXISTS rather than a join: a solution served in several generations stays one row.
+        queryset = queryset.filter(
+            Exists(Task.objects.filter(solution_id=OuterRef("pk"), generation__number__in=generations))
+        )
     if first_id is not None:
         queryset = queryset.filter(id__gte=first_id)
     if last_id is not None:

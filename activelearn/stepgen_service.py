@@ -1,204 +1,34 @@
-"""Step generation, Django side: settings -> generator, the prefetch task, candidate storage.
+"""Step generation, Django side: settings -> generator, and generating a slot's candidates in a worker.
 
-Generation never runs in a web request. ``candidates_prefetch`` claims the
-(assignment, step) slot in the candidate store and, after the surrounding transaction
-commits, enqueues ``generate_step_candidates`` on ``STEPGEN_QUEUE`` ("gpu" for the
-local backend, "cpu" for the HTTP one). The task calls ``candidates_generate``, which
-reads the solution prefix, asks the generator and stores the candidates or the error.
-A page later reads them with ``candidates_get`` and polls while the status is pending.
-
-Storage sits behind ``CandidateStore``: ``DatabaseCandidateStore`` (the default, table
-``labeling.StepCandidateSet``) is shared by the web and the workers;
-``InMemoryCandidateStore`` serves tests and a single-process setup. The store is chosen
-with ``STEPGEN_CANDIDATE_STORE``.
+labeling.work.candidates claims an (assignment, step) slot and sends the
+``generate_step_candidates`` task (activelearn.tasks) on ``STEPGEN_QUEUE``
+("gpu" for the local backend, "cpu" for the HTTP one). The task calls
+``candidates_generate``, which reads the solution prefix, asks the generator
+and stores the candidates or the error in labeling's candidate store.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import threading
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from celery import shared_task
 from django.conf import settings
-from django.db import connection, transaction
 from django.utils import timezone
-from django.utils.module_loading import import_string
 
 from activelearn.stepgen.base import (
     PromptTemplate,
     SamplingParams,
-    StepCandidates,
     StepGenerationError,
     StepGenerator,
 )
 from activelearn.stepgen.openai_http import OpenAICompletionsGenerator
-from labeling.models import Assignment, CandidateSetStatus, LabeledStep, StepCandidateSet
+from labeling.models import Assignment, LabeledStep
+from labeling.work.assignment import is_phase_one
+from labeling.work.candidates import CandidateStore, StoredCandidates, candidate_store
 
 logger = logging.getLogger(__name__)
-
-
-# The status of a candidate slot; the same choices as the StepCandidateSet table.
-CandidateStatus = CandidateSetStatus
-
-
-@dataclass(frozen=True)
-class StoredCandidates:
-    assignment_id: int
-    step_index: int
-    status: CandidateStatus
-    texts: tuple[str, ...] = ()
-    # StepCandidates.as_dict() minus the texts: sampling settings and drop counts.
-    sampling: dict[str, Any] = field(default_factory=dict)
-    error: str = ""
-    updated_at: datetime | None = None
-
-
-class CandidateStore(Protocol):
-    def get(self, *, assignment_id: int, step_index: int) -> StoredCandidates | None: ...
-
-    def claim(self, *, assignment_id: int, step_index: int, now: datetime, stale_before: datetime) -> bool:
-        """Mark the slot pending; False if it is ready or pending since ``stale_before`` or later.
-
-        A database store does this with one conditional upsert, so that two prefetches
-        of the same slot enqueue one task.
-        """
-        ...
-
-    def save_ready(self, *, assignment_id: int, step_index: int, candidates: StepCandidates, now: datetime) -> None: ...
-
-    def save_failed(self, *, assignment_id: int, step_index: int, error: str, now: datetime) -> None: ...
-
-
-class InMemoryCandidateStore:
-    """Per-process store for tests and single-process runs; the web and a worker do not share it."""
-
-    def __init__(self) -> None:
-        self._rows: dict[tuple[int, int], StoredCandidates] = {}
-        self._lock = threading.Lock()
-
-    def get(self, *, assignment_id: int, step_index: int) -> StoredCandidates | None:
-        with self._lock:
-            return self._rows.get((assignment_id, step_index))
-
-    def claim(self, *, assignment_id: int, step_index: int, now: datetime, stale_before: datetime) -> bool:
-        with self._lock:
-            row = self._rows.get((assignment_id, step_index))
-            if row is not None and row.status == CandidateStatus.READY:
-                return False
-            fresh = row is not None and row.updated_at is not None and row.updated_at >= stale_before
-            if row is not None and row.status == CandidateStatus.PENDING and fresh:
-                return False
-            self._rows[(assignment_id, step_index)] = StoredCandidates(
-                assignment_id, step_index, CandidateStatus.PENDING, updated_at=now
-            )
-            return True
-
-    def save_ready(self, *, assignment_id: int, step_index: int, candidates: StepCandidates, now: datetime) -> None:
-        details = candidates.as_dict()
-        texts = tuple(details.pop("texts"))
-        with self._lock:
-            self._rows[(assignment_id, step_index)] = StoredCandidates(
-                assignment_id, step_index, CandidateStatus.READY, texts=texts, sampling=details, updated_at=now
-            )
-
-    def save_failed(self, *, assignment_id: int, step_index: int, error: str, now: datetime) -> None:
-        with self._lock:
-            self._rows[(assignment_id, step_index)] = StoredCandidates(
-                assignment_id, step_index, CandidateStatus.FAILED, error=error, updated_at=now
-            )
-
-
-class DatabaseCandidateStore:
-    """``labeling.StepCandidateSet`` rows: shared by the web and every worker."""
-
-    def get(self, *, assignment_id: int, step_index: int) -> StoredCandidates | None:
-        row = StepCandidateSet.objects.filter(assignment_id=assignment_id, step_index=step_index).first()
-        if row is None:
-            return None
-        return StoredCandidates(
-            assignment_id,
-            step_index,
-            CandidateStatus(row.status),
-            texts=tuple(row.texts),
-            sampling=dict(row.sampling),
-            error=row.error,
-            updated_at=row.updated_at,
-        )
-
-    def claim(self, *, assignment_id: int, step_index: int, now: datetime, stale_before: datetime) -> bool:
-        # One statement, so two prefetches of the same slot cannot both win: the
-        # unique (assignment, step_index) key makes the second insert an update,
-        # and the WHERE lets it through only for a failed slot or a pending one
-        # whose worker is presumed lost. RETURNING tells whether a row was
-        # written (SQLite >= 3.35 and PostgreSQL both have it).
-        table = StepCandidateSet._meta.db_table
-        adapt = connection.ops.adapt_datetimefield_value
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"INSERT INTO {table}"
-                " (assignment_id, step_index, status, texts, sampling, error, created_at, updated_at)"
-                " VALUES (%s, %s, %s, '[]', '{}', '', %s, %s)"
-                " ON CONFLICT (assignment_id, step_index) DO UPDATE SET status = EXCLUDED.status,"
-                " texts = EXCLUDED.texts, sampling = EXCLUDED.sampling, error = '', updated_at = EXCLUDED.updated_at"
-                f" WHERE {table}.status = %s OR ({table}.status = %s AND {table}.updated_at < %s)"
-                " RETURNING id",
-                [
-                    assignment_id,
-                    step_index,
-                    CandidateStatus.PENDING.value,
-                    adapt(now),
-                    adapt(now),
-                    CandidateStatus.FAILED.value,
-                    CandidateStatus.PENDING.value,
-                    adapt(stale_before),
-                ],
-            )
-            return cursor.fetchone() is not None
-
-    def save_ready(self, *, assignment_id: int, step_index: int, candidates: StepCandidates, now: datetime) -> None:
-        details = candidates.as_dict()
-        texts = list(details.pop("texts"))
-        self._save(
-            assignment_id, step_index, now, status=CandidateStatus.READY, texts=texts, sampling=details, error=""
-        )
-
-    def save_failed(self, *, assignment_id: int, step_index: int, error: str, now: datetime) -> None:
-        self._save(assignment_id, step_index, now, status=CandidateStatus.FAILED, texts=[], sampling={}, error=error)
-
-    def _save(self, assignment_id: int, step_index: int, now: datetime, **values: Any) -> None:
-        # Never over a ready set: a labeler may already be rating those texts
-        # (a duplicate task delivery after a stale re-claim finishes second).
-        updated = (
-            StepCandidateSet.objects.filter(assignment_id=assignment_id, step_index=step_index)
-            .exclude(status=CandidateStatus.READY)
-            .update(updated_at=now, **values)
-        )
-        if updated:
-            return
-        # The slot was never claimed (candidates_generate called directly):
-        # create it; a concurrent writer of the same slot wins and we lose.
-        with transaction.atomic():
-            StepCandidateSet.objects.get_or_create(
-                assignment_id=assignment_id,
-                step_index=step_index,
-                defaults={**values, "created_at": now, "updated_at": now},
-            )
-
-
-@functools.cache
-def _store_instance(path: str) -> CandidateStore:
-    store: CandidateStore = import_string(path)()
-    return store
-
-
-def candidate_store() -> CandidateStore:
-    """The process-wide store named by ``STEPGEN_CANDIDATE_STORE``."""
-    return _store_instance(settings.STEPGEN_CANDIDATE_STORE)
 
 
 def _sampling_params() -> SamplingParams:
@@ -263,10 +93,11 @@ def step_prefix(*, assignment_id: int, step_index: int) -> tuple[str, list[str]]
     assignment = Assignment.objects.select_related("task__solution__problem").get(pk=assignment_id)
     solution = assignment.task.solution
     problem = solution.problem.problem
-    if solution.steps is not None:
-        if step_index > len(solution.steps):
-            raise StepPrefixError(f"solution {solution.pk} has {len(solution.steps)} steps, not {step_index}")
-        return problem, list(solution.steps[:step_index])
+    if not is_phase_one(assignment):
+        given = solution.steps or []
+        if step_index > len(given):
+            raise StepPrefixError(f"solution {solution.pk} has {len(given)} steps, not {step_index}")
+        return problem, list(given[:step_index])
     labeled = list(
         LabeledStep.objects.filter(assignment_id=assignment_id, index__lt=step_index)
         .prefetch_related("ratings")
@@ -290,36 +121,6 @@ def step_prefix(*, assignment_id: int, step_index: int) -> tuple[str, list[str]]
     return problem, steps
 
 
-def candidates_get(
-    *, assignment_id: int, step_index: int, store: CandidateStore | None = None
-) -> StoredCandidates | None:
-    return (store or candidate_store()).get(assignment_id=assignment_id, step_index=step_index)
-
-
-def candidates_prefetch(
-    *, assignment_id: int, step_index: int, store: CandidateStore | None = None, now: datetime | None = None
-) -> bool:
-    """Start computing candidates for (assignment, step) in a worker; True if a task was queued.
-
-    Nothing is queued when generation is off, or the slot is ready or already pending
-    (a pending slot older than ``STEPGEN_PENDING_TIMEOUT_S`` counts as lost and is
-    claimed again).
-    """
-    if settings.STEPGEN_BACKEND == "none":
-        return False
-    now = now or timezone.now()
-    stale_before = now - timedelta(seconds=settings.STEPGEN_PENDING_TIMEOUT_S)
-    claimed = (store or candidate_store()).claim(
-        assignment_id=assignment_id, step_index=step_index, now=now, stale_before=stale_before
-    )
-    if not claimed:
-        return False
-    kwargs = {"assignment_id": assignment_id, "step_index": step_index}
-    # After commit: a worker must not look for rows this transaction has not written yet.
-    transaction.on_commit(lambda: generate_step_candidates.apply_async(kwargs=kwargs, queue=settings.STEPGEN_QUEUE))
-    return True
-
-
 def candidates_generate(
     *,
     assignment_id: int,
@@ -339,14 +140,12 @@ def candidates_generate(
         logger.warning("step candidates for assignment %s step %s failed: %s", assignment_id, step_index, exc)
         store.save_failed(assignment_id=assignment_id, step_index=step_index, error=str(exc), now=timezone.now())
     else:
-        store.save_ready(assignment_id=assignment_id, step_index=step_index, candidates=candidates, now=timezone.now())
+        details = candidates.as_dict()
+        texts = details.pop("texts")
+        store.save_ready(
+            assignment_id=assignment_id, step_index=step_index, texts=texts, sampling=details, now=timezone.now()
+        )
     stored = store.get(assignment_id=assignment_id, step_index=step_index)
     if stored is None:
         raise RuntimeError(f"candidate store lost assignment {assignment_id} step {step_index} right after saving it")
     return stored
-
-
-@shared_task(acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
-def generate_step_candidates(*, assignment_id: int, step_index: int) -> str:
-    """Thin: compute and store candidates for one (assignment, step)."""
-    return candidates_generate(assignment_id=assignment_id, step_index=step_index).status

@@ -9,19 +9,18 @@ Services import torch lazily, so enqueueing from the web process never loads it.
 
 from __future__ import annotations
 
-from celery import shared_task
-
 from activelearn.models import PRMCheckpoint
+from annotate.celery import task
 
 
-@shared_task(acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
+@task()
 def train_checkpoint_task(checkpoint_id: int) -> None:
     from activelearn.checkpoints import checkpoint_run
 
     checkpoint_run(checkpoint_id=checkpoint_id)
 
 
-@shared_task(acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
+@task()
 def score_chunk_task(
     checkpoint_id: int,
     first_id: int,
@@ -42,14 +41,14 @@ def score_chunk_task(
     )
 
 
-@shared_task(acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
+@task()
 def grade_chunk_task(first_id: int, last_id: int, timeout_s: float = 5.0) -> int:
     from activelearn.answer_grading import solutions_grade_range
 
     return solutions_grade_range(first_id=first_id, last_id=last_id, timeout_s=timeout_s)
 
 
-@shared_task(acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
+@task()
 def evaluate_checkpoint_task(checkpoint_id: int, generation: int | None = None) -> None:
     from activelearn.checkpoint_evaluation import checkpoint_evaluate
 
@@ -61,50 +60,62 @@ def evaluate_checkpoint_task(checkpoint_id: int, generation: int | None = None) 
 # PIPELINE_CPU_QUEUE, PIPELINE_*_TIME_LIMIT_S); CELERY_TASK_ROUTES covers manual sends.
 
 
-@shared_task(acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
+@task()
 def generation_prepare_task(generation_id: int) -> None:
     from activelearn.pipeline import generation_prepare
 
     generation_prepare(generation_id=generation_id)
 
 
-@shared_task(acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
+@task()
 def generation_train_task(generation_id: int) -> None:
     from activelearn.pipeline import generation_train
 
     generation_train(generation_id=generation_id)
 
 
-@shared_task(acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
+@task()
 def generation_score_chunk_task(chunk_id: int) -> int:
     from activelearn.pipeline import score_chunk_run
 
     return score_chunk_run(chunk_id=chunk_id)
 
 
-@shared_task(acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
+@task()
 def generation_grade_task(generation_id: int) -> int:
     from activelearn.pipeline import generation_grade
 
     return generation_grade(generation_id=generation_id)
 
 
-@shared_task(acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
+@task()
 def generation_select_task(generation_id: int) -> int:
     from activelearn.pipeline import generation_select
 
     return generation_select(generation_id=generation_id)
 
 
-@shared_task(acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
+@task()
 def pipeline_reconcile_task() -> None:
     from activelearn.reconciler import pipeline_reconcile
 
     pipeline_reconcile()
 
 
-@shared_task(acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
+@task()
 def pipeline_cadence_task() -> None:
     from activelearn.reconciler import pipeline_cadence
 
     pipeline_cadence()
+
+
+# --- Step candidates (activelearn.stepgen_service) ----------------------------------
+# Queued by labeling.work.candidates on STEPGEN_QUEUE. The task lived in the service
+# module once; its registered name stays, as messages in flight carry it.
+
+
+@task(name="activelearn.stepgen_service.generate_step_candidates")
+def generate_step_candidates(*, assignment_id: int, step_index: int) -> str:
+    from activelearn.stepgen_service import candidates_generate
+
+    return candidates_generate(assignment_id=assignment_id, step_index=step_index).status

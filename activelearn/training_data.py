@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db.models import Q
 
-from labeling.exports import read_snapshot
+from labeling.data.snapshot import read_snapshot
 from labeling.models import (
     Assignment,
     AssignmentStatus,
@@ -64,9 +64,17 @@ class TrainingDataFilters:
     include_unfinished: bool = False
     include_excluded_labelers: bool = False
     include_suspended_labelers: bool = False
+    # Only problems of these splits (Problem.split; labeling.data.problem_splits) / these
+    # Problem.unique_ids; None: any.
+    splits: tuple[str, ...] | None = None
+    problem_ids: tuple[str, ...] | None = None
 
     def as_q(self) -> Q:
         q = Q(status=AssignmentStatus.SUBMITTED)
+        if self.splits is not None:
+            q &= Q(task__solution__problem__split__in=self.splits)
+        if self.problem_ids is not None:
+            q &= Q(task__solution__problem__unique_id__in=self.problem_ids)
         if self.generations is not None:
             numbers = [n for n in self.generations if n is not None]
             by_generation = Q(task__generation__number__in=numbers)
@@ -89,14 +97,16 @@ class TrainingDataFilters:
 
     def to_json(self) -> dict[str, Any]:
         values = dict(self.__dict__)
-        values["generations"] = None if self.generations is None else list(self.generations)
+        for key in ("generations", "splits", "problem_ids"):
+            values[key] = None if values[key] is None else list(values[key])
         return values
 
     @classmethod
     def from_json(cls, values: dict[str, Any]) -> TrainingDataFilters:
         values = dict(values)
-        if values.get("generations") is not None:
-            values["generations"] = tuple(values["generations"])
+        for key in ("generations", "splits", "problem_ids"):
+            if values.get(key) is not None:
+                values[key] = tuple(values[key])
         return cls(**values)
 
 
@@ -107,6 +117,7 @@ class TrainingSet:
     # Applied when the solutions are expanded into examples (TrainConfig.neutral).
     neutral: NeutralHandling = "own"
     filters: TrainingDataFilters = field(default_factory=TrainingDataFilters)
+    validation_filters: TrainingDataFilters | None = None
 
     @property
     def solutions(self) -> int:
@@ -116,7 +127,7 @@ class TrainingSet:
 def labeled_solutions_iter(*, filters: TrainingDataFilters | None = None) -> Iterator[LabeledSolution]:
     """Labeled solutions in assignment order, read in pages of ``CHUNK`` assignments.
 
-    Call inside ``labeling.exports.read_snapshot()`` for one consistent view across pages.
+    Call inside ``labeling.data.snapshot.read_snapshot()`` for one consistent view across pages.
     """
     from activelearn.prm.data import LabeledSolution
 
@@ -126,16 +137,24 @@ def labeled_solutions_iter(*, filters: TrainingDataFilters | None = None) -> Ite
         page = list(
             selected.filter(id__gt=last_id)
             .order_by("id")
-            .values_list("id", "task__solution__problem__unique_id", "task__solution__problem__problem")[:CHUNK]
+            .values_list(
+                "id", "task__solution__problem__unique_id", "task__solution__problem__problem", "task__solution__steps"
+            )[:CHUNK]
         )
         if not page:
             return
         last_id = page[-1][0]
         steps = _steps_by_assignment([row[0] for row in page])
-        for assignment_id, unique_id, problem_text in page:
+        for assignment_id, unique_id, problem_text, shown in page:
             labeled = steps.get(assignment_id, ())
             if labeled:
-                yield LabeledSolution(problem_id=str(unique_id), problem=problem_text, steps=tuple(labeled))
+                yield LabeledSolution(
+                    problem_id=str(unique_id),
+                    problem=problem_text,
+                    steps=tuple(labeled),
+                    # The whole solution as generated (null for phase 1's placeholder).
+                    solution_steps=tuple(str(step) for step in shown) if shown else None,
+                )
         if len(page) < CHUNK:
             return
 
@@ -148,18 +167,40 @@ def labeled_solutions_list(*, filters: TrainingDataFilters | None = None) -> lis
 def training_set_build(
     *,
     filters: TrainingDataFilters | None = None,
+    validation_filters: TrainingDataFilters | None = None,
     neutral: NeutralHandling = "own",
     val_fraction: float = 0.1,
     split_salt: str = "prm-split",
 ) -> TrainingSet:
-    """All matching labels, split by problem: the same problem ids always land on the
-    same side (sha256 of the id), so a retrain never validates on what it trained on."""
+    """The labels to train on and to validate on.
+
+    With ``validation_filters`` (e.g. ``splits=("validation",)``) those labels validate
+    and ``filters`` picks the training labels; a problem matched by both is refused, since
+    it would be validated on what it trained on. Without, all matching labels are split
+    by problem: the same problem ids always land on the same side (sha256 of the id).
+    """
     from activelearn.prm.data import split_by_problem
 
     filters = filters or TrainingDataFilters()
-    solutions = labeled_solutions_list(filters=filters)
-    train, validation = split_by_problem(solutions, val_fraction, split_salt)
-    return TrainingSet(train=train, validation=validation, neutral=neutral, filters=filters)
+    if validation_filters is None:
+        solutions = labeled_solutions_list(filters=filters)
+        train, validation = split_by_problem(solutions, val_fraction, split_salt)
+    else:
+        train = labeled_solutions_list(filters=filters)
+        validation = labeled_solutions_list(filters=validation_filters)
+        shared = {s.problem_id for s in train} & {s.problem_id for s in validation}
+        if shared:
+            raise OverlappingSplitsError(
+                f"{len(shared)} problem(s) are in both the training and the validation labels "
+                f"(e.g. {sorted(shared)[0]}); give splits that do not overlap"
+            )
+    return TrainingSet(
+        train=train, validation=validation, neutral=neutral, filters=filters, validation_filters=validation_filters
+    )
+
+
+class OverlappingSplitsError(ValueError):
+    """Training and validation selections share a problem."""
 
 
 def _steps_by_assignment(assignment_ids: Sequence[int]) -> dict[int, list[Any]]:

@@ -234,7 +234,7 @@ CONTENT_SECURITY_POLICY = envstr(
     "frame-ancestors 'none'",
 )
 
-# Login throttling (labeling.auth): counted in the shared cache below.
+# Login throttling (labeling.web.auth): counted in the shared cache below.
 LOGIN_FAILURES_PER_ADDRESS = envint("LOGIN_FAILURES_PER_ADDRESS", 10, minimum=1)
 LOGIN_ADDRESS_WINDOW_S = envint("LOGIN_ADDRESS_WINDOW_S", 15 * 60, minimum=1)
 LOGIN_FAILURES_PER_ACCOUNT = envint("LOGIN_FAILURES_PER_ACCOUNT", 30, minimum=1)
@@ -351,7 +351,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
 }
 
-# --- Quality control (labeling.quality, labeling.queue; docs/quality.md) ---
+# --- Quality control (labeling.quality.control, labeling.work.queue; docs/quality.md) ---
 # The screening set: the first N open screening tasks of generation -1, in
 # queue order; every new labeler labels all of them before anything else.
 SCREENING_SET_SIZE = envint("SCREENING_SET_SIZE", 30, minimum=1)
@@ -397,9 +397,7 @@ STEPGEN_RETRIES = envint("STEPGEN_RETRIES", 2, minimum=0)
 STEPGEN_QUEUE = envstr("STEPGEN_QUEUE", "gpu" if STEPGEN_BACKEND == "local" else "cpu")
 # A slot pending longer than this is taken to be lost (worker died) and is re-queued.
 STEPGEN_PENDING_TIMEOUT_S = envint("STEPGEN_PENDING_TIMEOUT_S", 10 * 60, minimum=1)
-STEPGEN_CANDIDATE_STORE = envstr("STEPGEN_CANDIDATE_STORE", "activelearn.stepgen_service.DatabaseCandidateStore")
-# Workers autodiscover only <app>.tasks; the prefetch task lives in the service module.
-CELERY_IMPORTS = ["activelearn.stepgen_service"]
+STEPGEN_CANDIDATE_STORE = envstr("STEPGEN_CANDIDATE_STORE", "labeling.work.candidates.DatabaseCandidateStore")
 # --- end of step generation ---------------------------------------------------
 
 # --- Generation pipeline (activelearn.pipeline; docs/active-learning.md) ------

@@ -5,12 +5,12 @@ from drf_spectacular.views import SpectacularAPIView
 from rest_framework.permissions import IsAuthenticated
 
 from annotate.health import healthz
-from labeling import dashboard_views
 from labeling.api.docs import api_docs
+from labeling.staff import views as dashboard_views
 
 urlpatterns = [
     path("healthz/", healthz, name="healthz"),
-    # One sign-in page for everyone, so the login throttle (labeling.auth) has no side door.
+    # One sign-in page for everyone, so the login throttle (labeling.web.auth) has no side door.
     path("admin/login/", RedirectView.as_view(pattern_name="login", query_string=True), name="admin-login"),
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(permission_classes=[IsAuthenticated]), name="api-schema"),

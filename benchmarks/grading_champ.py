@@ -1,6 +1,6 @@
 """Answer grading measured on CHAMP's real model solutions, beside its baselines.
 
-Two sets, both read with the product's own code (``labeling.demo``: the solution is
+Two sets, both read with the product's own code (``labeling.data.demo``: the solution is
 the model message the "summarize" turn answers, split by the shared step splitter):
 
 * **annotated**: the 540 conversations with a human first-wrong-step label
@@ -76,7 +76,7 @@ def read_samples() -> tuple[list[Sample], list[Sample]]:
     import champ_dataset
 
     from activelearn.stepgen.splitting import split_steps
-    from labeling.demo import CHAMP_VERSION, read_champ, solution_message
+    from labeling.data.demo import CHAMP_VERSION, read_champ, solution_message
 
     dataset = champ_dataset.load(CHAMP_VERSION)
     annotated: list[Sample] = []

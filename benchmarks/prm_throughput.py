@@ -12,9 +12,10 @@ pipeline tokens/s divided by raw tokens/s (goal: >= 0.85 scoring, >= 0.8 trainin
     python benchmarks/prm_throughput.py --device cuda --backbone /models/Qwen2.5-Math-1.5B \\
         --batch-size 8 --num-solutions 512 --steps 12
 
-On CUDA it also prints absolute tokens/s and MFU: 2 * params * tokens / s for scoring,
-6 * params * tokens / s for training (gradient-checkpointing recompute not counted),
-over ``--peak-tflops`` (989: H100/H200 dense bf16).
+On CUDA it also prints absolute tokens/s and MFU: 2 * N * tokens / s for scoring,
+6 * N * tokens / s for training (N: ``matmul_params``; attention and the
+gradient-checkpointing recompute not counted), over ``--peak-tflops`` (989: H100/H200 dense
+bf16). ``benchmarks/gpu_check.py`` adds the attention term and runs on random Qwen2 shapes.
 """
 
 from __future__ import annotations
@@ -70,6 +71,14 @@ def synthesise(count: int, steps: int, seed: int) -> list[LabeledSolution]:
     ]
 
 
+def matmul_params(model: ProcessRewardModel) -> int:
+    """N of the FLOP model: every parameter but the input embedding (a lookup, no FLOPs; the
+    PRM has no LM head to reuse it), head included."""
+    embedding = model.backbone.get_input_embeddings()
+    assert isinstance(embedding, torch.nn.Embedding)
+    return sum(p.numel() for p in model.parameters()) - embedding.weight.numel()
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -112,7 +121,7 @@ def bench_scoring(args: argparse.Namespace, device: torch.device, solutions: lis
     for _ in range(args.repeats):  # interleaved so drift hits both sides alike
         raw_times.append(_timed(raw, device))
         pipeline_times.append(_timed(pipeline, device))
-    params = sum(p.numel() for p in model.backbone.parameters())
+    params = matmul_params(model)
     return _summary("scoring", tokens, raw_times, pipeline_times, params, 2, device, args.peak_tflops)
 
 
@@ -128,9 +137,12 @@ def bench_training(args: argparse.Namespace, device: torch.device, solutions: li
         checkpoint_every=0,
         seed=0,
         cpu=not cuda,
+        # Fine-tuning is what is measured, whatever the backbone family's CPU default.
+        freeze_layers=0,
     )
     # Rebuild exactly the batches train_prm will see, in its order.
     model, tokenizer = ProcessRewardModel.from_backbone(args.backbone, max_length=args.max_length)
+    config_values["max_length"] = model.prm_config.max_length  # not the family's default
     sequences = encode_examples(model.step_encoder(tokenizer), build_examples(solutions))
     sampler = EpochBatchSampler([len(s.input_ids) for s in sequences], args.batch_size, 50, 0)
     collator = TrainingCollator(pad_id=model.step_encoder(tokenizer).pad_id, pad_to_multiple_of=8 if cuda else 1)
@@ -161,7 +173,7 @@ def bench_training(args: argparse.Namespace, device: torch.device, solutions: li
         raw_step(device_batches[0])
         raw_times.append(_timed(lambda: _run_all(raw_step, device_batches[1:]), device))
         pipeline_times.append(_time_train_prm(solutions, TrainConfig(output_dir=Path(), **config_values), repeat))
-    params = sum(p.numel() for p in model.backbone.parameters())
+    params = matmul_params(model)
     return _summary("training", timed_tokens, raw_times, pipeline_times, params, 6, device, args.peak_tflops)
 
 
@@ -200,7 +212,7 @@ def _summary(
         "ratio_best_repeat": round(min(raw_times) / min(pipeline_times), 3),
         "raw_seconds": [round(t, 4) for t in raw_times],
         "pipeline_seconds": [round(t, 4) for t in pipeline_times],
-        "backbone_params": params,
+        "matmul_params": params,
     }
     if device.type == "cuda":
         peak = peak_tflops * 1e12

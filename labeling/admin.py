@@ -1,12 +1,9 @@
-"""The research admin: run a campaign from import to export.
+"""The research admin of the labeling tables: problems, solutions and their gold, tasks, labels, labelers, exports.
 
-List pages stay fast at release scale (a million step ratings, ~100k
-assignments): every list names its ``list_select_related``, never filters or
-sorts on JSON, does not ask for the unfiltered total (``show_full_result_count``)
-or facet counts, and pages with ``EstimatedCountPaginator``, which reads
-PostgreSQL's row estimate instead of counting an unfiltered table. Writes go
+List pages follow labeling.staff.admin_base (fast at release scale). Writes go
 through the services (labeler status, gold); tasks and labels are read-only
-here.
+here. Generations are started, retried and closed from activelearn's admin,
+which drives the pipeline.
 """
 
 from __future__ import annotations
@@ -18,96 +15,31 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
-from django.db import connection
-from django.db.models import Count, Exists, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum
-from django.db.models.functions import Coalesce
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
-from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from activelearn.answer_grading import NO_REFERENCE
-from activelearn.grading import NO_ANSWER
-from labeling.gold import GoldError, GoldStepSpec, gold_set
 from labeling.labelers import labeler_set_status
 from labeling.models import (
+    GRADING_NO_ANSWER,
+    GRADING_NO_REFERENCE,
     Assignment,
-    AssignmentStatus,
     ExportJob,
-    FinishReason,
-    Generation,
     GoldStep,
     LabeledStep,
     Labeler,
     LabelerStatus,
     Problem,
     Solution,
-    StepRating,
     Task,
 )
-
-# Below this many rows an exact count is cheap and the estimate may be stale.
-_ESTIMATE_ABOVE = 10_000
-
-KATEX_MEDIA = forms.Media(
-    css={"all": ["vendor/katex/katex.min.css"]},
-    js=["vendor/katex/katex.min.js", "vendor/katex/auto-render.min.js", "js/admin-katex.js"],
-)
-
-
-class EstimatedCountPaginator(Paginator):  # type: ignore[type-arg]
-    """Unfiltered lists on PostgreSQL take the planner's row estimate (pg_class.reltuples) as their count.
-
-    ``SELECT COUNT(*)`` over a million-row table is a full scan on every page
-    view; the estimate is kept fresh by autovacuum/ANALYZE and only sizes the
-    page links. Filtered lists, small tables and SQLite count exactly.
-    """
-
-    @cached_property
-    def count(self) -> int:
-        query = getattr(self.object_list, "query", None)
-        if connection.vendor == "postgresql" and query is not None and not query.where:
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT reltuples::bigint FROM pg_class WHERE oid = to_regclass(%s)",
-                    [query.model._meta.db_table],
-                )
-                row = cursor.fetchone()
-            if row is not None and row[0] is not None and row[0] > _ESTIMATE_ABOVE:
-                return int(row[0])
-        return int(super().count)
-
-
-class FastListAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    paginator = EstimatedCountPaginator
-    show_full_result_count = False
-    show_facets = admin.ShowFacets.NEVER
-    list_per_page = 50
-
-
-class ReadOnlyAdminMixin:
-    """Rows written only by services: the admin shows them and changes nothing."""
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
-def _steps_html(steps: list[str] | None, *, numbered_from: int = 1) -> SafeString:
-    if not steps:
-        return format_html("<em>{}</em>", "no steps (phase-1 placeholder)")
-    items = format_html_join("", "<li value='{}'>{}</li>", ((i, s) for i, s in enumerate(steps, numbered_from)))
-    return format_html('<ol class="math solution-steps">{}</ol>', items)
-
+from labeling.quality.gold import GoldError, GoldStepSpec, gold_set
+from labeling.staff.admin_base import KATEX_MEDIA, FastListAdmin, ReadOnlyAdminMixin, steps_html
+from labeling.work.selectors import labeler_seconds_per_step, labelers_with_counts
 
 # --- Problems and solutions -------------------------------------------------
 
@@ -146,8 +78,8 @@ class GradeFilter(admin.SimpleListFilter):
     _OUTCOMES = {
         "correct": Q(is_correct=True),
         "wrong": Q(is_correct=False),
-        "no-answer": Q(is_correct__isnull=True, grading_note=NO_ANSWER),
-        "no-reference": Q(is_correct__isnull=True, grading_note=NO_REFERENCE),
+        "no-answer": Q(is_correct__isnull=True, grading_note=GRADING_NO_ANSWER),
+        "no-reference": Q(is_correct__isnull=True, grading_note=GRADING_NO_REFERENCE),
         "ungraded": Q(is_correct__isnull=True, grading_note=""),
     }
 
@@ -155,8 +87,8 @@ class GradeFilter(admin.SimpleListFilter):
         return [
             ("correct", "correct"),
             ("wrong", "wrong"),
-            ("no-answer", NO_ANSWER),
-            ("no-reference", NO_REFERENCE),
+            ("no-answer", GRADING_NO_ANSWER),
+            ("no-reference", GRADING_NO_REFERENCE),
             ("ungraded", "not graded"),
         ]
 
@@ -183,11 +115,10 @@ class SolutionAdmin(FastListAdmin):
         "source_key",
         "is_correct",
         "grading_note",
-        "prm_scores",
         "gold_link",
         "created_at",
     ]
-    readonly_fields = ["problem", "problem_text", "steps_display", "prm_scores", "gold_link", "created_at"]
+    readonly_fields = ["problem", "problem_text", "steps_display", "gold_link", "created_at"]
 
     @property
     def media(self) -> forms.Media:
@@ -208,20 +139,7 @@ class SolutionAdmin(FastListAdmin):
 
     @admin.display(description="steps")
     def steps_display(self, obj: Solution) -> SafeString:
-        return _steps_html(obj.steps)
-
-    @admin.display(description="PRM scores")
-    def prm_scores(self, obj: Solution) -> SafeString:
-        from activelearn.models import SolutionScore
-
-        latest = SolutionScore.objects.filter(solution=obj).select_related("checkpoint").order_by("-checkpoint_id")
-        score = latest.first()
-        if score is None:
-            return format_html("<em>{}</em>", "not scored yet")
-        steps = format_html_join(", ", "{}: {}", ((i + 1, f"{s:.3f}") for i, s in enumerate(score.step_scores)))
-        return format_html(
-            "{} ({}, checkpoint #{})<br>per step: {}", f"{score.score:.3f}", score.reduction, score.checkpoint_id, steps
-        )
+        return steps_html(obj.steps)
 
     @admin.display(description="gold")
     def gold_link(self, obj: Solution) -> SafeString:
@@ -283,105 +201,6 @@ class SolutionAdmin(FastListAdmin):
 
 
 # --- Generations, tasks, assignments ---------------------------------------
-
-
-class GenerationStartForm(forms.Form):
-    number = forms.IntegerField(
-        required=False, min_value=0, help_text="Leave empty for the next number after the highest one."
-    )
-    config = forms.JSONField(
-        help_text="GenerationConfig as JSON (docs/active-learning.md); keys left out take their defaults."
-    )
-
-    def clean_config(self) -> Any:
-        from activelearn.pipeline import GenerationConfig, GenerationConfigError
-
-        value = self.cleaned_data["config"]
-        if not isinstance(value, dict):
-            raise forms.ValidationError("The configuration is a JSON object.")
-        try:
-            return GenerationConfig.from_json(value)
-        except (GenerationConfigError, TypeError, ValueError) as exc:
-            raise forms.ValidationError(str(exc)) from None
-
-
-@admin.register(Generation)
-class GenerationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[type-arg]
-    """Generations are written by the pipeline; the admin starts, retries and closes them."""
-
-    list_display = ["__str__", "phase", "status", "progress", "created_at", "started_at", "finished_at"]
-    list_filter = ["phase", "status"]
-    list_select_related = ["run"]
-    actions = ["retry", "close"]
-    change_list_template = "admin/labeling/generation/change_list.html"
-    fields = readonly_fields = (
-        "number",
-        "phase",
-        "status",
-        "progress",
-        "config",
-        "error",
-        "created_at",
-        "started_at",
-        "finished_at",
-    )
-
-    @admin.display(description="progress")
-    def progress(self, obj: Generation) -> str:
-        run = getattr(obj, "run", None)
-        if run is None:
-            return ""
-        return (
-            f"step {run.step or '-'}; scored {run.scored}/{run.score_total}, graded {run.graded}/{run.grade_total}, "
-            f"selected {run.selected}, QC {run.qc_injected}"
-        )
-
-    def get_urls(self) -> list[URLPattern]:
-        start = path("start/", self.admin_site.admin_view(self.start_view), name="labeling_generation_start")
-        return [start, *super().get_urls()]
-
-    def start_view(self, request: HttpRequest) -> HttpResponse:
-        from activelearn.pipeline import GenerationConfig, PipelineError, generation_start
-
-        if not request.user.is_staff:
-            raise PermissionDenied
-        form = GenerationStartForm(
-            request.POST or None, initial={"config": GenerationConfig().to_json()} if request.method == "GET" else None
-        )
-        if request.method == "POST" and form.is_valid():
-            try:
-                generation = generation_start(number=form.cleaned_data["number"], config=form.cleaned_data["config"])
-            except PipelineError as exc:
-                form.add_error(None, str(exc))
-            else:
-                self.message_user(request, f"{generation} requested; its steps run on the workers.", messages.SUCCESS)
-                return HttpResponseRedirect(reverse("admin:labeling_generation_changelist"))
-        context = {**self.admin_site.each_context(request), "title": "Start a generation", "form": form}
-        return TemplateResponse(request, "admin/labeling/generation/start.html", context)
-
-    @admin.action(description="Retry the failed step of the selected generations")
-    def retry(self, request: HttpRequest, queryset: QuerySet[Generation]) -> None:
-        from activelearn.pipeline import PipelineError, generation_retry
-
-        for generation in queryset:
-            try:
-                generation_retry(generation_id=generation.pk)
-            except PipelineError as exc:
-                self.message_user(request, f"{generation}: {exc}", messages.ERROR)
-            else:
-                self.message_user(request, f"{generation}: retrying.", messages.SUCCESS)
-
-    @admin.action(description="Close the selected generations (their tasks are no longer served)")
-    def close(self, request: HttpRequest, queryset: QuerySet[Generation]) -> None:
-        from activelearn.pipeline import PipelineError, generation_close
-
-        for generation in queryset:
-            try:
-                generation_close(generation_id=generation.pk)
-            except PipelineError as exc:
-                self.message_user(request, f"{generation}: {exc}", messages.ERROR)
-            else:
-                self.message_user(request, f"{generation}: closed.", messages.SUCCESS)
 
 
 class AssignmentInline(ReadOnlyAdminMixin, admin.TabularInline):  # type: ignore[type-arg]
@@ -499,44 +318,6 @@ class AssignmentAdmin(ReadOnlyAdminMixin, FastListAdmin):
 # --- Labelers ---------------------------------------------------------------
 
 
-def _labeler_stats(queryset: QuerySet[Labeler]) -> QuerySet[Labeler]:
-    """Per-labeler counts as correlated subqueries: one query for the page, no join fan-out."""
-    submitted = Assignment.objects.filter(labeler=OuterRef("pk"), status=AssignmentStatus.SUBMITTED)
-
-    def count(qs: QuerySet[Any]) -> Coalesce:
-        return Coalesce(
-            Subquery(qs.order_by().values("labeler_id").annotate(n=Count("pk")).values("n")[:1]),
-            0,
-            output_field=IntegerField(),
-        )
-
-    ratings = StepRating.objects.filter(
-        step__assignment__labeler=OuterRef("pk"),
-        step__assignment__status=AssignmentStatus.SUBMITTED,
-        rating__isnull=False,
-    )
-
-    def rating_count(qs: QuerySet[Any]) -> Coalesce:
-        return Coalesce(
-            Subquery(qs.order_by().values("step__assignment__labeler_id").annotate(n=Count("pk")).values("n")[:1]),
-            0,
-            output_field=IntegerField(),
-        )
-
-    time_ms = Coalesce(
-        Subquery(submitted.order_by().values("labeler_id").annotate(t=Sum("total_time_ms")).values("t")[:1]),
-        0,
-        output_field=IntegerField(),
-    )
-    return queryset.annotate(
-        n_solutions=count(submitted),
-        n_give_up=count(submitted.filter(finish_reason=FinishReason.GIVE_UP)),
-        n_steps=rating_count(ratings),
-        n_flagged=rating_count(ratings.filter(flagged=True)),
-        time_ms=time_ms,
-    )
-
-
 def _rate(part: int, whole: int) -> str:
     return f"{100 * part / whole:.1f} %" if whole else "—"
 
@@ -594,7 +375,7 @@ class LabelerAdmin(FastListAdmin):
     actions = ["suspend", "reinstate"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Labeler]:
-        return _labeler_stats(super().get_queryset(request))
+        return labelers_with_counts(super().get_queryset(request))
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # a labeler row is made on a person's first sign-in
@@ -625,13 +406,7 @@ class LabelerAdmin(FastListAdmin):
 
     @admin.display(description="median seconds / step")
     def median_seconds_per_step(self, obj: Labeler) -> str:
-        per_assignment = (
-            Assignment.objects.filter(labeler=obj, status=AssignmentStatus.SUBMITTED, total_time_ms__isnull=False)
-            .annotate(n=Count("labeled_steps__ratings", filter=Q(labeled_steps__ratings__rating__isnull=False)))
-            .filter(n__gt=0)
-            .values_list("total_time_ms", "n")
-        )
-        values = [(ms or 0) / 1000 / n for ms, n in per_assignment]
+        values = labeler_seconds_per_step(labeler=obj)
         return f"{statistics.median(values):.1f}" if values else "—"
 
     def _set_status(

@@ -12,7 +12,7 @@ from django.utils import timezone
 from labeling.models import Assignment, AssignmentStatus, Labeler, LabelerStatus, LabelerStatusEvent
 
 # The statuses that may be handed tasks at all. SCREENING labelers are handed
-# only screening items (labeling.queue); ACTIVE ones normal work and QC items.
+# only screening items (labeling.work.queue); ACTIVE ones normal work and QC items.
 _MAY_TAKE_WORK = frozenset({LabelerStatus.SCREENING, LabelerStatus.ACTIVE})
 
 
@@ -56,7 +56,7 @@ def labeler_set_status(
     now = now or timezone.now()
     with transaction.atomic():
         # The labeler row is the lock that serialises status changes with each
-        # other and with hand-outs (labeling.queue takes it too): two requests
+        # other and with hand-outs (labeling.work.queue takes it too): two requests
         # finishing screening at once must admit once, and a suspension must
         # not interleave with a hand-out that read the old status. NO KEY so
         # inserts that reference the labeler (assignments) are not blocked.

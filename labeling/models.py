@@ -32,6 +32,9 @@ def content_sha256(steps: list[str] | None, final_answer: str | None) -> str:
 
 class Split(models.TextChoices):
     TRAIN = "train", "train"
+    # Held out from training to choose what training cannot (threshold, aggregation,
+    # hyperparameters); see labeling.data.problem_splits.
+    VALIDATION = "validation", "validation"
     TEST = "test", "test"
     UNSPECIFIED = "", "unspecified"
 
@@ -56,6 +59,12 @@ class Problem(models.Model):
 
     def __str__(self) -> str:
         return self.unique_id
+
+
+# Grading notes that leave Solution.is_correct null: graded, but neither right nor
+# wrong. Written by activelearn.answer_grading; the admin and dashboard count them.
+GRADING_NO_ANSWER = "no answer found"  # the solution states no final answer
+GRADING_NO_REFERENCE = "no reference answer"  # the problem has none to grade against
 
 
 class Solution(models.Model):
@@ -283,7 +292,7 @@ class Task(models.Model):
         indexes = [
             # "next task": open tasks of a generation, best first.
             models.Index(fields=["generation", "status", "-priority", "id"], name="task_queue_idx"),
-            # The screening set and the QC pool (labeling.queue): open gold
+            # The screening set and the QC pool (labeling.work.queue): open gold
             # tasks of one kind, in serving order. Partial, so the large
             # normal queue does not pay for it.
             models.Index(
@@ -449,7 +458,7 @@ class ExportFormat(models.TextChoices):
 
 
 class ExportJob(models.Model):
-    """An export requested from the API or admin and run by a worker (labeling.exportjobs)."""
+    """An export requested from the API or admin and run by a worker (labeling.data.exportjobs)."""
 
     status = models.CharField(max_length=10, choices=ExportJobStatus.choices, default=ExportJobStatus.QUEUED)
     format = models.CharField(max_length=10, choices=ExportFormat.choices, default=ExportFormat.PRM800K)
@@ -528,7 +537,7 @@ class StepCandidateSet(models.Model):
 
     Phase 1: the candidates the labeler rates at each step; phase 2: alternatives
     generated at the error step when the solution has none stored. Written by
-    ``activelearn.stepgen_service.DatabaseCandidateStore`` only: pending when a
+    ``labeling.work.candidates.DatabaseCandidateStore`` only: pending when a
     prefetch claims the slot, then ready (texts) or failed (error). A ready set is
     never overwritten, so the texts a labeler rated are the texts stored here.
     """

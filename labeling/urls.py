@@ -1,8 +1,8 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from labeling import views
-from labeling.auth import ThrottledLoginView
+from labeling.web import views
+from labeling.web.auth import ThrottledLoginView
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -18,8 +18,8 @@ urlpatterns = [
     path("screening/", views.screening_result, name="screening-result"),
 ]
 
-# Phase 1 (labeling.phase_one_views): the task page itself is "task" above.
-from labeling import phase_one_views  # noqa: E402
+# Phase 1 (labeling.web.phase_one_views): the task page itself is "task" above.
+from labeling.web import phase_one_views  # noqa: E402
 
 urlpatterns += [
     path(

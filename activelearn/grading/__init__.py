@@ -25,12 +25,11 @@ from activelearn.grading.comparison import (
     TIMEOUT,
     Grader,
     GradeResult,
-    grade_answer,
     grade_in_process,
 )
 from activelearn.grading.extraction import extract_final_answer
 from activelearn.grading.normalization import normalize_answer
-from activelearn.grading.workers import GradingPool, grade_many
+from activelearn.grading.workers import GradingPool, grade_answer, grade_many
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",

@@ -442,7 +442,7 @@ def _matches(form: Form, answer: str) -> str | None:
     return SAME_MEANING if claims.says_infinitely_many(answer) else None
 
 
-def _reference_answer(reference: str) -> str:
+def reference_answer(reference: str) -> str:
     """A reference given as a whole solution ("... \\boxed{7}") is read for its answer."""
     if "\\boxed" in reference or "\\fbox" in reference or re.search(r"^#+\s*Answer", reference, re.MULTILINE):
         return extract_final_answer(reference) or reference
@@ -455,24 +455,11 @@ def grade_in_process(given: str, reference: str) -> GradeResult:
     answer = extract_final_answer(given)
     if answer is None:
         return GradeResult(False, NO_ANSWER)
-    reference_answer = _reference_answer(reference)
-    if normalize_answer(answer).lower() == normalize_answer(reference_answer).lower():
+    expected = reference_answer(reference)
+    if normalize_answer(answer).lower() == normalize_answer(expected).lower():
         return GradeResult(True, NORMALIZED_MATCH)
-    for form in read_reference(reference_answer):
+    for form in read_reference(expected):
         reason = _matches(form, answer)
         if reason is not None:
             return GradeResult(True, reason)
     return GradeResult(False, DIFFERENT)
-
-
-def grade_answer(given: str, reference: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
-    """True when ``given`` matches ``reference``. Either may be a bare answer or a whole
-    solution (its final answer is extracted). Symbolic checks run in a worker process."""
-    from activelearn.grading.workers import grade_many
-
-    answer = extract_final_answer(given)
-    if answer is None:
-        return False
-    if normalize_answer(answer).lower() == normalize_answer(_reference_answer(reference)).lower():
-        return True
-    return grade_many([(given, reference)], timeout_s=timeout_s, processes=1)[0].correct

@@ -25,7 +25,10 @@ from activelearn.grading.comparison import (
     Grader,
     GradeResult,
     grade_in_process,
+    reference_answer,
 )
+from activelearn.grading.extraction import extract_final_answer
+from activelearn.grading.normalization import normalize_answer
 
 _WORKER_START_TIMEOUT_S = 120.0
 
@@ -180,3 +183,14 @@ def grade_many(
 def _fail(results: list[GradeResult | None], index: int | None, reason: str) -> None:
     if index is not None:
         results[index] = GradeResult(False, reason)
+
+
+def grade_answer(given: str, reference: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
+    """True when ``given`` matches ``reference``. Either may be a bare answer or a whole
+    solution (its final answer is extracted). Symbolic checks run in a worker process."""
+    answer = extract_final_answer(given)
+    if answer is None:
+        return False
+    if normalize_answer(answer).lower() == normalize_answer(reference_answer(reference)).lower():
+        return True
+    return grade_many([(given, reference)], timeout_s=timeout_s, processes=1)[0].correct

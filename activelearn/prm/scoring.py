@@ -14,7 +14,11 @@ from activelearn.prm.batching import pad_batch
 from activelearn.prm.modeling import NEGATIVE, NEUTRAL, POSITIVE, ProcessRewardModel
 from activelearn.prm.tokenization import EncodedWindow
 
-Reduction = Literal["product", "min"]
+# How step scores become a solution score. "product" is PRM800K's; it favours short
+# solutions (every step multiplies in a factor below 1), which is why the aggregation a
+# checkpoint uses is chosen on validation (activelearn.prm.calibration), not fixed.
+Reduction = Literal["product", "min", "mean", "last"]
+REDUCTIONS: tuple[Reduction, ...] = ("min", "product", "mean", "last")
 NeutralAs = Literal["positive", "negative"]
 
 
@@ -51,6 +55,10 @@ def reduce_steps(scores: Sequence[float], reduction: Reduction = "product") -> f
         return math.prod(scores)
     if reduction == "min":
         return min(scores)
+    if reduction == "mean":
+        return sum(scores) / len(scores)
+    if reduction == "last":
+        return scores[-1]
     raise ValueError(f"unknown reduction {reduction!r}")
 
 

@@ -5,10 +5,12 @@ Problem and steps are tokenized separately and concatenated, so the ids of a pre
 steps are exactly a prefix of the ids of the whole solution; together with causal
 attention this is what lets one forward pass score every step.
 
-Solutions longer than ``max_length`` are cut into windows. Every window keeps the start
-of the problem (at most ``max_problem_tokens``) and then as much of the steps as fits,
-truncated from the LEFT, ending right after a separator; each step is scored in exactly
-one window and that window always contains the step's separator.
+A step whose prefix (problem + steps up to it) fits in ``max_length`` is scored in one
+window holding the whole problem. Past that, windows keep the start of the problem (at
+most ``max_problem_tokens``) followed by a strided slice of the steps that ends at or after
+the step's separator; which slice depends only on where that separator sits, so a step's
+score depends on the problem and the steps up to it alone, at any length (tested).
+Every step is scored in exactly one window, which contains its separator.
 """
 
 from __future__ import annotations
@@ -98,42 +100,51 @@ class StepEncoder:
         if not step_ids:
             raise ValueError("a solution needs at least one step")
         body: list[int] = []
-        starts: list[int] = []
         ends: list[int] = []  # exclusive; body[end - 1] is the step's separator
         for ids in step_ids:
-            starts.append(len(body))
             body.extend(ids)
             body.append(self.separator_id)
             ends.append(len(body))
         full_head = [*self.leading_ids, *problem_ids]
-        if len(full_head) + len(body) <= self.max_length:
+        # Every step's window is a function of the problem and of the body up to the step's
+        # own separator only, never of how many steps follow: with causal attention that
+        # makes a step's score the same whether it is scored alone with its prefix or
+        # inside the whole solution, at any length.
+        short = [k for k in range(len(step_ids)) if len(full_head) + ends[k] <= self.max_length]
+        windows: list[EncodedWindow] = []
+        if short:
+            # Steps whose prefix fits whole share one window with the whole problem; it is
+            # cut after the last of them (later tokens would be invisible to them anyway).
             head_len = len(full_head)
-            return [
+            windows.append(
                 EncodedWindow(
-                    input_ids=tuple(full_head + body),
-                    separator_positions=tuple(head_len + end - 1 for end in ends),
-                    step_indices=tuple(range(len(step_ids))),
+                    input_ids=tuple(full_head + body[: ends[short[-1]]]),
+                    separator_positions=tuple(head_len + ends[k] - 1 for k in short),
+                    step_indices=tuple(short),
                 )
-            ]
+            )
+        if len(short) == len(step_ids):
+            return windows
+        # Longer prefixes: the start of the problem, then strided windows over the body.
+        # Window w ends at body offset (w + 1) * stride and holds ``budget`` tokens; a
+        # separator at offset p is scored in window p // stride, where it sees between
+        # budget - stride and budget tokens of the solution before it. The window a
+        # separator lands in depends on p alone.
         head = full_head[: self.max_problem_tokens]
         budget = self.max_length - len(head)
-        windows: list[EncodedWindow] = []
-        first = 0
-        while first < len(step_ids):
-            last = first
-            # Pack following steps into the same window while the first one still fits
-            # whole; a single step longer than the budget gets its own left-cut window.
-            while last + 1 < len(step_ids) and ends[last + 1] - starts[first] <= budget:
-                last += 1
-            window_end = ends[last]
-            window_start = max(0, window_end - budget)
+        stride = max(1, budget // 2)
+        by_window: dict[int, list[int]] = {}
+        for k in range(len(short), len(step_ids)):
+            by_window.setdefault((ends[k] - 1) // stride, []).append(k)
+        for w, members in by_window.items():
+            window_start = max(0, (w + 1) * stride - budget)
+            window_end = ends[members[-1]]
             offset = len(head) - window_start
             windows.append(
                 EncodedWindow(
                     input_ids=tuple(head + body[window_start:window_end]),
-                    separator_positions=tuple(ends[k] - 1 + offset for k in range(first, last + 1)),
-                    step_indices=tuple(range(first, last + 1)),
+                    separator_positions=tuple(ends[k] - 1 + offset for k in members),
+                    step_indices=tuple(members),
                 )
             )
-            first = last + 1
         return windows

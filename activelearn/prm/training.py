@@ -16,7 +16,7 @@ import shutil
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ from activelearn.prm.batching import (
     TrainingCollator,
     encode_examples,
 )
+from activelearn.prm.calibration import calibrate
 from activelearn.prm.data import (
     LabeledSolution,
     NeutralHandling,
@@ -41,7 +42,10 @@ from activelearn.prm.data import (
     build_examples,
     split_by_problem,
 )
-from activelearn.prm.modeling import CONFIG_FILE, ProcessRewardModel
+from activelearn.prm.evaluation import auroc
+from activelearn.prm.head_training import HeadEpoch, backbone_is_frozen, fit_head, separator_features
+from activelearn.prm.modeling import CONFIG_FILE, IGNORE_INDEX, NEGATIVE, ProcessRewardModel
+from activelearn.prm.recipes import recipe_for
 
 logger = logging.getLogger(__name__)
 
@@ -61,17 +65,24 @@ class TrainConfig:
     # "builtin:minilm", "tiny:bert", a local HF model directory, or a saved PRM directory
     # (then training continues from that PRM, head included).
     backbone: str = "builtin:minilm"
-    learning_rate: float = 1e-5
+    # None: the backbone family's recipe (activelearn.prm.recipes); resolved values are
+    # what ``hyperparameters()`` records after ``resolved()``.
+    learning_rate: float | None = None
     weight_decay: float = 0.0
-    num_epochs: int = 2
+    num_epochs: int | None = None
     max_steps: int | None = None
     batch_size: int = 8  # sequences per device per micro-batch
     gradient_accumulation_steps: int = 1
     warmup_ratio: float = 0.05
     lr_scheduler: str = "linear"
     max_grad_norm: float = 1.0
-    max_length: int | None = None  # None: min(2048, backbone positions)
+    max_length: int | None = None  # None: the recipe's, capped at the backbone's positions
     max_problem_tokens: int | None = None  # None: max_length // 2
+    # Embeddings and this many lower transformer layers get no gradient (None: recipe).
+    freeze_layers: int | None = None
+    # "balanced": the loss weighs each class by total / (classes x its count), so a
+    # minority of -1 steps is not drowned by the +1 majority; "none": plain cross-entropy.
+    class_weighting: str = "balanced"
     neutral: NeutralHandling = "own"
     val_fraction: float = 0.1  # used only when no explicit validation set is given
     split_salt: str = "prm-split"
@@ -89,6 +100,34 @@ class TrainConfig:
         values["output_dir"] = str(self.output_dir)
         return values
 
+    def resolved(self) -> TrainConfig:
+        """This config with every None default replaced by the backbone family's recipe."""
+        recipe = recipe_for(self.backbone, gpu=torch.cuda.is_available() and not self.cpu)
+        return replace(
+            self,
+            learning_rate=self.learning_rate if self.learning_rate is not None else recipe.learning_rate,
+            num_epochs=self.num_epochs if self.num_epochs is not None else recipe.num_epochs,
+            max_length=self.max_length if self.max_length is not None else recipe.max_length,
+            freeze_layers=self.freeze_layers if self.freeze_layers is not None else recipe.freeze_layers,
+        )
+
+
+@dataclass(frozen=True)
+class EpochReport:
+    """Validation after one epoch, with the baseline a constant guess would reach."""
+
+    epoch: int
+    step: int
+    train_loss: float | None  # mean loss of the epoch's optimizer steps
+    val_loss: float | None
+    val_accuracy: float | None
+    # Accuracy of always predicting the most frequent validation class: an accuracy at
+    # this level means the model learned the class prior and nothing else.
+    val_majority_accuracy: float | None
+    # AUROC of P(step is fine) against -1 vs the rest; 0.5 is chance whatever the prior.
+    val_auroc: float | None
+    val_labeled_steps: int
+
 
 @dataclass
 class TrainResult:
@@ -97,6 +136,11 @@ class TrainResult:
     val_loss: float | None
     val_accuracy: float | None
     val_labeled_steps: int
+    val_majority_accuracy: float | None
+    val_auroc: float | None
+    epochs: list[dict[str, Any]]
+    # Threshold and aggregation chosen on the validation solutions (None without any).
+    calibration: dict[str, Any] | None
     examples_seen: int  # training sequences processed (including before a resume)
     labeled_steps_seen: int
     optimizer_steps: int
@@ -117,6 +161,7 @@ class _State:
     labeled_steps_seen: int = 0
     data_seed: int = 0
     loss_curve: list[tuple[int, float]] = field(default_factory=list)
+    epochs: list[dict[str, Any]] = field(default_factory=list)
 
 
 def latest_checkpoint(output_dir: Path) -> Path | None:
@@ -143,10 +188,55 @@ def _prepare_examples(
 def _build_model(config: TrainConfig) -> tuple[ProcessRewardModel, PreTrainedTokenizerBase]:
     source = Path(config.backbone).expanduser()
     if (source / CONFIG_FILE).is_file():
-        return ProcessRewardModel.from_pretrained(source)
-    return ProcessRewardModel.from_backbone(
-        config.backbone, max_length=config.max_length, max_problem_tokens=config.max_problem_tokens
-    )
+        model, tokenizer = ProcessRewardModel.from_pretrained(source)
+    else:
+        model, tokenizer = ProcessRewardModel.from_backbone(
+            config.backbone, max_length=config.max_length, max_problem_tokens=config.max_problem_tokens
+        )
+    freeze_lower_layers(model, config.freeze_layers or 0)
+    return model, tokenizer
+
+
+def freeze_lower_layers(model: ProcessRewardModel, count: int) -> int:
+    """Stop gradients into the embeddings and the lowest ``count`` layers; returns how many.
+
+    The layers are the backbone's one ``ModuleList`` of ``num_hidden_layers`` blocks
+    (``encoder.layer`` in BERT, ``layers`` in Llama), found by shape rather than by name
+    so any transformers architecture works. ``count`` at or past the number of layers
+    freezes the whole backbone: then only the head trains (``head_training``).
+    """
+    if count <= 0:
+        return 0
+    total = int(getattr(model.backbone.config, "num_hidden_layers", 0))
+    blocks = next((m for m in model.backbone.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == total), None)
+    if blocks is None or total == 0:
+        raise ValueError("cannot find the backbone's transformer layers to freeze")
+    if count >= total:
+        model.backbone.requires_grad_(False)
+        return total
+    # Everything below the first trained block is frozen (word, position and type
+    # embeddings); the trained blocks and whatever follows them (a final norm) are not.
+    embeddings = model.backbone.get_input_embeddings()
+    model.backbone.requires_grad_(False)
+    for block in list(blocks)[count:]:
+        block.requires_grad_(True)
+    for child in model.backbone.children():
+        inside = {id(m) for m in child.modules()}
+        if id(blocks) not in inside and id(embeddings) not in inside:
+            child.requires_grad_(True)
+    return count
+
+
+def class_weights(sequences: Sequence[LabeledSequence], classes: int) -> torch.Tensor:
+    """total / (present classes x count) per class; 0 for a class with no label."""
+    counts = torch.zeros(classes, dtype=torch.float64)
+    for sequence in sequences:
+        for label in sequence.label_classes:
+            counts[label] += 1
+    present = counts > 0
+    weights = torch.zeros(classes, dtype=torch.float64)
+    weights[present] = counts.sum() / (int(present.sum()) * counts[present])
+    return weights.float()
 
 
 def train_prm(
@@ -155,13 +245,18 @@ def train_prm(
     *,
     validation: Sequence[LabeledSolution | StepExample] | None = None,
     progress: ProgressCallback | None = None,
+    on_epoch: Callable[[EpochReport], None] | None = None,
 ) -> TrainResult:
     """Train, checkpointing into ``config.output_dir``; resumes if a checkpoint is there.
 
     With ``validation=None`` the solutions are split by problem id (``val_fraction``), so a
-    problem never lands on both sides.
+    problem never lands on both sides. After every epoch the validation set is evaluated
+    (``on_epoch`` gets the report); at the end its labeled solutions choose the
+    first-error threshold and the solution aggregation (``calibration``).
     """
     started = time.monotonic()
+    config = config.resolved()
+    assert config.num_epochs is not None and config.learning_rate is not None
     output_dir = Path(config.output_dir)
     cuda = torch.cuda.is_available() and not config.cpu
     bf16 = cuda if config.bf16 is None else config.bf16
@@ -189,6 +284,15 @@ def train_prm(
     encoder = model.step_encoder(tokenizer)
     train_sequences = encode_examples(encoder, train_examples)
     val_sequences = encode_examples(encoder, val_examples)
+    if config.class_weighting == "balanced":
+        model.class_weights = class_weights(train_sequences, len(model.prm_config.label_names))
+    elif config.class_weighting != "none":
+        raise ValueError(f"class_weighting must be 'balanced' or 'none', got {config.class_weighting!r}")
+    if backbone_is_frozen(model):
+        return _train_head_only(
+            config, model, tokenizer, train_sequences, val_sequences, val_items, encoder.pad_id, started, progress,
+            on_epoch,
+        )  # fmt: skip
     # Multiples of 8 let tensor cores run at full speed; on CPU it would only add padding.
     collator = TrainingCollator(pad_id=encoder.pad_id, pad_to_multiple_of=8 if cuda else 1)
 
@@ -200,7 +304,8 @@ def train_prm(
     train_loader = DataLoader(
         _ListDataset(train_sequences), batch_sampler=sampler, collate_fn=collator, generator=torch.Generator()
     )
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
+    trainable = [parameter for parameter in model.parameters() if parameter.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=config.learning_rate, weight_decay=config.weight_decay)
     model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
 
     micro_per_epoch = len(train_loader)
@@ -230,6 +335,7 @@ def train_prm(
             labeled_steps_seen=saved["labeled_steps_seen"],
             data_seed=saved["data_seed"],
             loss_curve=[(int(s), float(v)) for s, v in saved["loss_curve"]],
+            epochs=list(saved.get("epochs", [])),
         )
         if state.data_seed != config.seed:
             raise ValueError(f"checkpoint {resume_dir} was made with seed {state.data_seed}, config has {config.seed}")
@@ -272,6 +378,11 @@ def train_prm(
             state.loss_curve.append((state.step, step_loss))
             group_loss.zero_()
             group_counts.zero_()
+            if state.step % steps_per_epoch == 0 or state.step == total_steps:
+                report = _epoch_report(accelerator, model, val_sequences, collator, config.eval_batch_size, state)
+                state.epochs.append(asdict(report))
+                if on_epoch is not None and accelerator.is_main_process:
+                    on_epoch(report)
             if config.checkpoint_every and state.step % config.checkpoint_every == 0:
                 _save_checkpoint(accelerator, output_dir, state, config.keep_checkpoints)
             if progress is not None and accelerator.is_main_process:
@@ -279,16 +390,29 @@ def train_prm(
             if state.step >= total_steps:
                 break
 
-    val_loss, val_accuracy, val_count = _validate(accelerator, model, val_sequences, collator, config.eval_batch_size)
+    if not state.epochs or state.epochs[-1]["step"] != state.step:
+        state.epochs.append(
+            asdict(_epoch_report(accelerator, model, val_sequences, collator, config.eval_batch_size, state))
+        )
+    last = state.epochs[-1]
     final_dir = output_dir / FINAL_DIR
     unwrapped = accelerator.unwrap_model(model)
     assert isinstance(unwrapped, ProcessRewardModel)
+    calibration = None
+    labeled_validation = [item for item in val_items if isinstance(item, LabeledSolution)]
+    if accelerator.is_main_process and labeled_validation:
+        found = calibrate(unwrapped, tokenizer, labeled_validation, batch_size=config.eval_batch_size)
+        calibration = found.to_json() if found is not None else None
     result = TrainResult(
         final_dir=final_dir,
         train_loss_curve=state.loss_curve,
-        val_loss=val_loss,
-        val_accuracy=val_accuracy,
-        val_labeled_steps=val_count,
+        val_loss=last["val_loss"],
+        val_accuracy=last["val_accuracy"],
+        val_labeled_steps=last["val_labeled_steps"],
+        val_majority_accuracy=last["val_majority_accuracy"],
+        val_auroc=last["val_auroc"],
+        epochs=state.epochs,
+        calibration=calibration,
         examples_seen=state.examples_seen,
         labeled_steps_seen=state.labeled_steps_seen,
         optimizer_steps=state.step,
@@ -300,6 +424,93 @@ def train_prm(
         unwrapped.save_pretrained(final_dir, tokenizer)
         _write_atomically(output_dir / RESULT_FILE, result.to_json())
     accelerator.wait_for_everyone()
+    return result
+
+
+def _train_head_only(
+    config: TrainConfig,
+    model: ProcessRewardModel,
+    tokenizer: PreTrainedTokenizerBase,
+    train_sequences: Sequence[LabeledSequence],
+    val_sequences: Sequence[LabeledSequence],
+    val_items: Sequence[LabeledSolution | StepExample],
+    pad_id: int,
+    started: float,
+    progress: ProgressCallback | None,
+    on_epoch: Callable[[EpochReport], None] | None,
+) -> TrainResult:
+    """The frozen-backbone path: features once, then the head (see ``head_training``).
+
+    It takes seconds after the features, so it keeps no intermediate checkpoints: an
+    interrupted run starts over.
+    """
+    assert config.num_epochs is not None and config.learning_rate is not None
+    device = torch.device("cuda" if torch.cuda.is_available() and not config.cpu else "cpu")
+    model.to(device)
+    total = -(-sum(len(s.label_classes) for s in train_sequences) // config.batch_size) * config.num_epochs
+
+    def alive() -> None:
+        # Step 0 while the features are computed: the caller's heartbeat keeps ticking
+        # through what can be the longest stretch of the run.
+        if progress is not None:
+            progress(0, total, math.nan)
+
+    train_features = separator_features(model, train_sequences, pad_id, device, on_batch=alive)
+    val_features = separator_features(model, val_sequences, pad_id, device, on_batch=alive)
+    model.to("cpu")
+    epochs: list[dict[str, Any]] = []
+
+    def epoch_done(report: HeadEpoch) -> None:
+        epoch = EpochReport(
+            epoch=len(epochs) + 1,
+            step=report.step,
+            train_loss=report.train_loss,
+            val_loss=report.val_loss,
+            val_accuracy=report.val_accuracy,
+            val_majority_accuracy=report.val_majority_accuracy,
+            val_auroc=report.val_auroc,
+            val_labeled_steps=report.val_labeled_steps,
+        )
+        epochs.append(asdict(epoch))
+        if on_epoch is not None:
+            on_epoch(epoch)
+
+    curve = fit_head(
+        model,
+        train_features,
+        val_features,
+        epochs=config.num_epochs,
+        batch_size=config.batch_size,
+        learning_rate=config.learning_rate,
+        weight_decay=config.weight_decay,
+        class_weights=model.class_weights,
+        seed=config.seed,
+        on_step=progress,
+        on_epoch=epoch_done,
+    )
+    final_dir = Path(config.output_dir) / FINAL_DIR
+    labeled_validation = [item for item in val_items if isinstance(item, LabeledSolution)]
+    found = calibrate(model, tokenizer, labeled_validation, batch_size=config.eval_batch_size)
+    last = epochs[-1]
+    result = TrainResult(
+        final_dir=final_dir,
+        train_loss_curve=curve,
+        val_loss=last["val_loss"],
+        val_accuracy=last["val_accuracy"],
+        val_labeled_steps=last["val_labeled_steps"],
+        val_majority_accuracy=last["val_majority_accuracy"],
+        val_auroc=last["val_auroc"],
+        epochs=epochs,
+        calibration=found.to_json() if found is not None else None,
+        examples_seen=len(train_sequences) * config.num_epochs,
+        labeled_steps_seen=len(train_features.classes) * config.num_epochs,
+        optimizer_steps=len(curve),
+        resumed_from_step=0,
+        duration_s=time.monotonic() - started,
+        hyperparameters=config.hyperparameters(),
+    )
+    model.save_pretrained(final_dir, tokenizer)
+    _write_atomically(Path(config.output_dir) / RESULT_FILE, result.to_json())
     return result
 
 
@@ -350,37 +561,86 @@ def _write_atomically(path: Path, text: str) -> None:
     os.replace(scratch, path)
 
 
+def _epoch_report(
+    accelerator: Accelerator,
+    model: torch.nn.Module,
+    sequences: Sequence[LabeledSequence],
+    collator: TrainingCollator,
+    batch_size: int,
+    state: _State,
+) -> EpochReport:
+    losses = [loss for step, loss in state.loss_curve if step > (state.epochs[-1]["step"] if state.epochs else 0)]
+    validation = _validate(accelerator, model, sequences, collator, batch_size)
+    return EpochReport(
+        epoch=len(state.epochs) + 1,
+        step=state.step,
+        train_loss=sum(losses) / len(losses) if losses else None,
+        val_loss=validation.loss,
+        val_accuracy=validation.accuracy,
+        val_majority_accuracy=validation.majority_accuracy,
+        val_auroc=validation.auroc,
+        val_labeled_steps=validation.count,
+    )
+
+
+@dataclass(frozen=True)
+class _Validation:
+    loss: float | None = None
+    accuracy: float | None = None
+    majority_accuracy: float | None = None
+    auroc: float | None = None
+    count: int = 0
+
+
 def _validate(
     accelerator: Accelerator,
     model: torch.nn.Module,
     sequences: Sequence[LabeledSequence],
     collator: TrainingCollator,
     batch_size: int,
-) -> tuple[float | None, float | None, int]:
+) -> _Validation:
     if not sequences:
-        return None, None, 0
+        return _Validation()
     order = sorted(range(len(sequences)), key=lambda i: len(sequences[i].input_ids))
     batches = [order[k : k + batch_size] for k in range(0, len(order), batch_size)]
     loader = accelerator.prepare_data_loader(
         DataLoader(_ListDataset(sequences), batch_sampler=batches, collate_fn=collator)
     )
-    totals = torch.zeros(3, dtype=torch.float64, device=accelerator.device)  # loss sum, correct, count
+    loss_sum = torch.zeros((), dtype=torch.float64, device=accelerator.device)
+    fine_probability: list[torch.Tensor] = []
+    predicted: list[torch.Tensor] = []
+    truth: list[torch.Tensor] = []
     was_training = model.training
     model.eval()
     with torch.inference_mode():
         for batch in loader:
             output = model(**batch)
-            targets = batch["labels"][batch["labels"] != -100]
-            count = targets.numel()
+            targets = batch["labels"][batch["labels"] != IGNORE_INDEX]
             assert output.loss is not None
-            totals[0] += output.loss.double() * count
-            totals[1] += (output.logits.argmax(dim=-1) == targets).sum()
-            totals[2] += count
+            # The loss is class-weighted; the unweighted one is comparable across runs.
+            loss_sum += torch.nn.functional.cross_entropy(output.logits.float(), targets, reduction="sum").double()
+            probabilities = torch.softmax(output.logits.float(), dim=-1)
+            fine_probability.append(1.0 - probabilities[:, NEGATIVE])
+            predicted.append(output.logits.argmax(dim=-1))
+            truth.append(targets)
     model.train(was_training)
     # Under several processes the sharded loader may repeat a few batches to even out
     # the shards; the skew is at most a handful of sequences.
-    totals = accelerator.reduce(totals, "sum")
-    count = int(totals[2].item())
+    scores = accelerator.gather_for_metrics(torch.cat(fine_probability)) if fine_probability else torch.zeros(0)
+    labels = accelerator.gather_for_metrics(torch.cat(truth)) if truth else torch.zeros(0, dtype=torch.long)
+    guesses = accelerator.gather_for_metrics(torch.cat(predicted)) if predicted else torch.zeros(0, dtype=torch.long)
+    loss_total = float(accelerator.reduce(loss_sum, "sum").item())
+    count = int(labels.numel())
     if count == 0:
-        return None, None, 0
-    return float(totals[0].item() / count), float(totals[1].item() / count), count
+        return _Validation()
+    labels_cpu = labels.cpu()
+    majority = float(torch.bincount(labels_cpu).max().item() / count)
+    fine = (labels_cpu != NEGATIVE).tolist()
+    step_auroc = auroc(scores.cpu().tolist(), fine) if 0 < sum(fine) < count else None
+    return _Validation(
+        loss=loss_total / count,
+        accuracy=float((guesses.cpu() == labels_cpu).float().mean().item()),
+        majority_accuracy=majority,
+        auroc=step_auroc,
+        count=count,
+    )

@@ -3,6 +3,7 @@ selection strategies and a loop that trains and evaluates real PRMs generation b
 generation. No Django imports (a test checks it). See docs/simulation.md.
 """
 
+from activelearn.selection import PoolCandidate, Selected, select_convincing, select_uniform
 from activelearn.simulation.campaign import (
     CampaignConfig,
     CampaignResult,
@@ -25,7 +26,6 @@ from activelearn.simulation.domain import (
     sample_solutions,
 )
 from activelearn.simulation.oracle import OracleLabeler, true_ratings
-from activelearn.simulation.selection import PoolCandidate, Selected, select_convincing, select_uniform
 
 __all__ = [
     "CampaignConfig",

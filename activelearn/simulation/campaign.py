@@ -27,9 +27,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from activelearn.selection import PoolCandidate, Selected, select_convincing, select_uniform
 from activelearn.simulation.domain import Dataset, DomainConfig, GeneratedSolution, build_dataset, problem_texts
 from activelearn.simulation.oracle import OracleLabeler
-from activelearn.simulation.selection import PoolCandidate, Selected, select_convincing, select_uniform
 
 Strategy = Literal["convincing", "uniform"]
 STRATEGIES: tuple[Strategy, ...] = ("convincing", "uniform")
@@ -120,6 +120,10 @@ def _train_and_load(labeled: Sequence[Any], output_dir: Path, config: CampaignCo
                 num_epochs=config.num_epochs,
                 batch_size=config.batch_size,
                 max_length=config.max_length,
+                # Fine-tune everything on a plain loss, whatever the backbone family's
+                # defaults: the published campaign table was measured that way.
+                freeze_layers=0,
+                class_weighting="none",
                 checkpoint_every=0,
                 seed=config.seed,
             ),

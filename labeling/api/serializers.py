@@ -8,11 +8,11 @@ from typing import Any
 
 from rest_framework import serializers
 
-from labeling.exportjobs import export_job_percent
+from labeling.data.exportjobs import export_job_percent
+from labeling.data.stepwise import Neutral
 from labeling.models import ExportFormat, ExportJob, Generation, Phase, Problem, Solution
-from labeling.rating import MAX_VERSION
-from labeling.selectors import TaskScreen
-from labeling.stepwise import Neutral
+from labeling.work.assignment import MAX_VERSION
+from labeling.work.selectors import TaskScreen
 
 # One request imports at most this many items; larger sets go through the
 # import_problems / import_solutions commands, which stream from files.

@@ -15,7 +15,6 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from django.http import FileResponse, Http404
-from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
@@ -41,22 +40,23 @@ from labeling.api.serializers import (
     SolutionSerializer,
     assignment_payload,
 )
-from labeling.exportjobs import export_filters_from_dict, export_job_create, export_job_file
-from labeling.imports import ImportResult, problems_import_items, solutions_import_items
+from labeling.data.exportjobs import export_filters_from_dict, export_job_create, export_job_file
+from labeling.data.imports import ImportResult, problems_import_items, solutions_import_items
+from labeling.data.prm800k import RecordError
+from labeling.data.stepwise import Neutral, parquet_available
 from labeling.labelers import labeler_for_user
 from labeling.models import Assignment, ExportFormat, ExportJob, FinishReason, Generation, Labeler, Problem, Solution
-from labeling.prm800k import RecordError
-from labeling.queue import LabelerMayNotWork, assignment_next
-from labeling.rating import (
+from labeling.work.assignment import (
     AssignmentClosed,
+    AssignmentNotFound,
     NotFinished,
     RatingRejected,
     assignment_abandon,
-    assignment_submit,
-    step_rate,
+    assignment_for_labeler,
 )
-from labeling.selectors import assignments_of, task_screen
-from labeling.stepwise import Neutral, parquet_available
+from labeling.work.queue import LabelerMayNotWork, assignment_next
+from labeling.work.rating import assignment_submit, step_rate
+from labeling.work.selectors import task_screen
 
 
 class IdCursorPagination(CursorPagination):
@@ -194,7 +194,10 @@ def _labeler(request: Request) -> Labeler:
 
 def _own_assignment(request: Request, pk: int) -> Assignment:
     # Scoped to the caller: another labeler's id is simply not found.
-    return get_object_or_404(assignments_of(labeler=_labeler(request)), pk=pk)
+    try:
+        return assignment_for_labeler(user=request.user, pk=pk)
+    except AssignmentNotFound as exc:
+        raise Http404("No such assignment.") from exc
 
 
 def _assignment_response(assignment: Assignment, *, status_code: int = 200, **extra: Any) -> Response:
@@ -251,8 +254,9 @@ class RatingView(APIView):
         body.is_valid(raise_exception=True)
         data = body.validated_data
         try:
-            applied = step_rate(
-                assignment=assignment,
+            outcome = step_rate(
+                assignment_id=assignment.pk,
+                user_id=request.user.pk,
                 step_index=data["step"],
                 completion_index=data["completion"],
                 rating=data["rating"],
@@ -262,7 +266,9 @@ class RatingView(APIView):
         except (AssignmentClosed, RatingRejected) as exc:
             return _conflict(exc)
         assignment.refresh_from_db()
-        return Response({"applied": applied, "assignment": assignment_payload(task_screen(assignment=assignment))})
+        return Response(
+            {"applied": outcome.applied, "assignment": assignment_payload(task_screen(assignment=assignment))}
+        )
 
 
 class SubmitView(APIView):
@@ -273,7 +279,7 @@ class SubmitView(APIView):
         """Finish: the reason (found_error or solution) follows from the ratings."""
         assignment = _own_assignment(request, pk)
         try:
-            assignment_submit(assignment=assignment)
+            assignment_submit(assignment_id=assignment.pk, user_id=request.user.pk)
         except (AssignmentClosed, NotFinished) as exc:
             return _conflict(exc)
         assignment.refresh_from_db()

@@ -10,6 +10,7 @@ from typing import Any
 
 from activelearn import pipeline
 from activelearn.models import ScoreChunkStatus
+from annotate import celery
 from labeling.models import Generation, GenerationStatus, Problem, Solution, content_sha256, text_sha256
 
 from .label_factories import FILLER, TINY_CONFIG, keyword_labels
@@ -50,8 +51,8 @@ def config(**overrides: Any) -> dict[str, Any]:
 
 def queued(callbacks: Sequence[Callable[[], Any]]) -> list[tuple[str, tuple[int, ...], str]]:
     """(task name, args, queue) of the sends the pipeline registered with on_commit."""
-    sends = [cb for cb in callbacks if isinstance(cb, partial) and cb.func is pipeline._send]
-    return [(cb.args[0].rsplit(".", 1)[1], cb.args[1], cb.args[2]) for cb in sends]
+    sends = [cb for cb in callbacks if isinstance(cb, partial) and cb.func is celery._send]
+    return [(cb.args[0].rsplit(".", 1)[1], cb.args[1], cb.args[3]["queue"]) for cb in sends]
 
 
 def drive(generation: Generation, *, limit: int = 20) -> Generation:

@@ -1,9 +1,11 @@
 import pytest
 from django.core.management import call_command
+from django.core.management.base import CommandError
 
-from activelearn.checkpoint_evaluation import checkpoint_evaluate, trajectory_with_first_error
+from activelearn.checkpoint_evaluation import checkpoint_evaluate
 from activelearn.checkpoints import checkpoint_train
 from activelearn.models import PRMCheckpoint, SolutionScore
+from activelearn.prm.data import trajectory_with_first_error
 from activelearn.prm.evaluation import first_error_metrics, labeled_step_auroc
 from activelearn.prm.modeling import ProcessRewardModel
 from activelearn.prm.scoring import score_solutions
@@ -29,7 +31,7 @@ def _pool(the_problem: Problem, checkpoint: PRMCheckpoint, candidates: list[tupl
         made = solution(of=the_problem, steps=[f"try {index}"], final_answer=answer)
         made.is_correct = correct
         made.save(update_fields=["is_correct"])
-        SolutionScore.objects.create(solution=made, checkpoint=checkpoint, score=score)
+        SolutionScore.objects.create(solution=made, checkpoint=checkpoint, score=score, step_scores=[score])
 
 
 def test_it_stores_hand_checkable_metrics_for_a_generation(checkpoint):
@@ -58,11 +60,25 @@ def test_it_stores_hand_checkable_metrics_for_a_generation(checkpoint):
     result = checkpoint_evaluate(checkpoint=checkpoint, generation=HELD_OUT, best_of_n_sizes=(3, 4), trials=5)
 
     stored = PRMCheckpoint.objects.get(pk=checkpoint.pk)
-    assert stored.evaluation == result and stored.evaluated_at is not None
-    assert result["held_out"] == "generation" and result["labeled_solutions"] == 2
-    assert result["best_of_n"] == {
-        "3": {"problems": 2, "trials": 5, "prm_accuracy": 0.5, "majority_accuracy": 0.5, "weighted_accuracy": 0.5}
-    }  # no problem has 4 candidates, so N=4 is absent
+    assert stored.evaluation == {"generation:7": result} and stored.evaluated_at is not None
+    assert result["held_out"] == "generation:7" and result["labeled_solutions"] == 2
+    assert result["threshold"] == checkpoint.threshold and result["threshold_source"].startswith("checkpoint")
+    # Paired subsets of all 3: every PRM variant and both votes get one problem of two
+    # right; a random pick is right 2/3 and 1/3 of the time; some candidate always is.
+    everything = {
+        "problems": 2,
+        "skipped": 0,
+        "trials": 5,
+        **dict.fromkeys(["prm", "prm_min", "prm_product", "prm_mean", "prm_last", "weighted", "majority"], 0.5),
+        "random": pytest.approx(0.5),
+        "oracle": 1.0,
+    }
+    assert result["best_of_n"]["3"] == everything
+    # No problem has 4 candidates: N=4 is reported with both problems skipped, not dropped.
+    assert result["best_of_n"]["4"]["problems"] == 0 and result["best_of_n"]["4"]["skipped"] == 2
+    assert result["best_of_n"]["4"]["prm"] is None
+    # The labeled solutions are not in the pool (they are tasks).
+    assert result["pool"]["labeled_copies_left_out"] == 2 and result["pool"]["solutions_used"] == 6
 
     held_out = labeled_solutions_list(filters=TrainingDataFilters(generations=(HELD_OUT,)))
     trajectories = [trajectory_with_first_error(s) for s in held_out]
@@ -74,11 +90,23 @@ def test_it_stores_hand_checkable_metrics_for_a_generation(checkpoint):
     scores = score_solutions(
         model, tokenizer, [(s.problem, steps) for s, (steps, _) in zip(held_out, trajectories, strict=True)]
     )
-    expected = first_error_metrics([s.step_scores for s in scores], [2, None])
+    expected = first_error_metrics([s.step_scores for s in scores], [2, None], threshold=result["threshold"])
     assert result["first_error"] == {
         "error_accuracy": expected.error_accuracy,
         "correct_accuracy": expected.correct_accuracy,
         "f1": expected.f1,
+        "erroneous": 1,
+        "error_free": 1,
+    }
+    # One -1 step among the 5 trajectory steps: the random baseline flags at 0.2.
+    assert result["error_prior"] == pytest.approx(0.2)
+    # Hit the error at index 2: 0.8^2 x 0.2; pass the 2-step clean one: 0.8^2.
+    random_f1 = 2 * 0.128 * 0.64 / (0.128 + 0.64)
+    assert result["first_error_baselines"]["random_at_prior"]["f1"] == pytest.approx(random_f1)
+    assert result["first_error_baselines"]["always_no_error"] == {
+        "error_accuracy": 0.0,
+        "correct_accuracy": 1.0,
+        "f1": 0.0,
         "erroneous": 1,
         "error_free": 1,
     }
@@ -89,8 +117,67 @@ def test_it_stores_hand_checkable_metrics_for_a_generation(checkpoint):
 
 def test_it_evaluates_on_the_validation_split_by_default(checkpoint, capsys):
     call_command("evaluate_prm", f"--checkpoint={checkpoint.pk}", "--n=1")
-    evaluation = PRMCheckpoint.objects.get(pk=checkpoint.pk).evaluation
-    assert evaluation["held_out"] == "validation_split"
+    evaluation = PRMCheckpoint.objects.get(pk=checkpoint.pk).evaluation["validation"]
+    assert evaluation["held_out"] == "validation"
     assert evaluation["labeled_solutions"] == checkpoint.metrics["validation_solutions"] > 0
     assert evaluation["first_error"]["erroneous"] + evaluation["first_error"]["error_free"] > 0
-    assert '"held_out": "validation_split"' in capsys.readouterr().out
+    assert '"held_out": "validation"' in capsys.readouterr().out
+
+
+def _split_labels(split: str, count: int, seed: int) -> list[str]:
+    built = keyword_labels(count, seed=seed)
+    Problem.objects.filter(pk__in=[b.problem.pk for b in built]).update(split=split)
+    return [b.problem.unique_id for b in built]
+
+
+def test_it_trains_on_one_split_validates_on_another_and_evaluates_on_a_third(settings, tmp_path, capsys):
+    settings.CHECKPOINT_DIR = tmp_path
+    _split_labels("train", 8, seed=11)
+    validation_ids = _split_labels("validation", 3, seed=12)
+    test_ids = _split_labels("test", 4, seed=13)
+    call_command(
+        "train_prm",
+        "--backbone=tiny:bert",
+        "--split=train",
+        "--validation-split=validation",
+        "--max-steps=2",
+        "--max-length=64",
+        "--learning-rate=0.01",
+        "--no-progress",
+    )
+    out = capsys.readouterr().out
+    # Every epoch: accuracy beside the majority-class baseline, and AUROC.
+    assert "majority class" in out and "val step AUROC" in out and "first-error threshold" in out
+    checkpoint = PRMCheckpoint.objects.get()
+    assert checkpoint.metrics["train_solutions"] == 8 and checkpoint.metrics["validation_solutions"] == 3
+    assert checkpoint.threshold is not None and checkpoint.aggregation in {"min", "product", "mean", "last"}
+    assert checkpoint.calibration["solutions"] == 3
+
+    call_command("evaluate_prm", "--split=test", "--n=1")
+    result = PRMCheckpoint.objects.get(pk=checkpoint.pk).evaluation["split:test"]
+    assert result["labeled_solutions"] == 4 and result["held_out_problems"] == 4
+    assert result["held_out_problems_in_training"] == 0
+    # The default held-out set is the checkpoint's validation split, kept beside the test numbers.
+    call_command("evaluate_prm", "--n=1")
+    stored = PRMCheckpoint.objects.get(pk=checkpoint.pk).evaluation
+    assert set(stored) == {"split:test", "validation"}
+    assert stored["validation"]["labeled_solutions"] == 3
+    assert {s.problem_id for s in labeled_solutions_list(filters=TrainingDataFilters(splits=("test",)))} == set(
+        test_ids
+    )
+    assert validation_ids
+
+
+def test_it_refuses_a_validation_split_that_overlaps_training(settings, tmp_path):
+    settings.CHECKPOINT_DIR = tmp_path
+    _split_labels("train", 4, seed=21)
+    with pytest.raises(CommandError, match="both the training and the validation"):
+        call_command("train_prm", "--backbone=tiny:bert", "--split=train", "--validation-split=train", "--no-progress")
+    assert not PRMCheckpoint.objects.exists()
+
+
+def test_it_warns_when_the_held_out_problems_were_trained_on(checkpoint, capsys):
+    call_command("evaluate_prm", f"--checkpoint={checkpoint.pk}", "--generation=0", "--n=1")
+    result = PRMCheckpoint.objects.get(pk=checkpoint.pk).evaluation["generation:0"]
+    assert result["held_out_problems_in_training"] == checkpoint.metrics["train_solutions"] > 0
+    assert "not held-out numbers" in capsys.readouterr().err

@@ -18,6 +18,7 @@ from activelearn.prm.modeling import ProcessRewardModel
 from activelearn.prm.scoring import score_solutions
 from activelearn.prm.training import TrainConfig
 from activelearn.solution_scoring import solutions_score, solutions_score_range
+from labeling.models import Problem
 
 from .label_factories import TINY_CONFIG, keyword_labels, problem, solution
 
@@ -179,3 +180,28 @@ def test_the_score_command_scores_the_pool_with_the_newest_ready_checkpoint(chec
     call_command("score_solutions", "--no-progress", f"--checkpoint={checkpoint.pk}")
     assert SolutionScore.objects.filter(checkpoint=checkpoint).count() == 8
     assert "scored 8 solution(s)" in capsys.readouterr().out
+
+
+def test_the_score_command_selects_work_by_what_it_is(checkpoint_dir, capsys):
+    built = keyword_labels(6, seed=9)
+    checkpoint = checkpoint_train(
+        base_model="tiny:bert", through_generation=None, config={**TINY_CONFIG, "max_steps": 1}
+    )
+    test_problems = [b.problem for b in built[:2]]
+    Problem.objects.filter(pk__in=[p.pk for p in test_problems]).update(split="test")
+    extra = solution(of=test_problems[0], steps=["another try correct"])
+    call_command("score_solutions", "--no-progress", "--split=test")
+    scored = set(SolutionScore.objects.filter(checkpoint=checkpoint).values_list("solution_id", flat=True))
+    assert scored == {built[0].solution.pk, built[1].solution.pk, extra.pk}
+    # Scored with the checkpoint's chosen aggregation unless told otherwise.
+    assert set(SolutionScore.objects.values_list("reduction", flat=True)) == {checkpoint.aggregation or "min"}
+    assert f"aggregation {checkpoint.aggregation or 'min'}" in capsys.readouterr().out
+
+    call_command("score_solutions", "--no-progress", "--unscored")
+    assert "scored 4 solution(s)" in capsys.readouterr().out  # only the 4 not scored yet
+    call_command("score_solutions", "--no-progress", f"--problem={built[5].problem.unique_id}", "--reduction=product")
+    assert SolutionScore.objects.get(solution=built[5].solution).reduction == "product"
+    call_command("score_solutions", "--no-progress", "--generation=0", "--unscored")
+    assert "nothing left to score" in capsys.readouterr().out
+    with pytest.raises(CommandError, match="no solutions to score"):
+        call_command("score_solutions", "--no-progress", "--split=validation")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from activelearn.grading import grade_in_process
-from labeling import demo
+from labeling.data import demo
 
 TABLE = Path(__file__).parent / "data" / "champ_correct_verdicts.jsonl"
 

@@ -327,3 +327,25 @@ def test_the_campaign_command_writes_its_report_into_the_docs(settings, tmp_path
     assert text.count("| strategy | f1 |") == 1
     assert (tmp_path / "docs" / "img" / "campaign.png").read_bytes() == b"\x89PNG fake"
     assert "](img/campaign.png)" in text
+
+
+@pytest.mark.django_db
+def test_a_generation_scores_with_the_aggregation_and_threshold_its_checkpoint_chose():
+    labels()
+    pool(problems=2, per_problem=4, wrong_rate=1.0)
+    first = drive(generation_start(config=config(k=2)))
+    assert first.run.checkpoint_id is not None
+    checkpoint = PRMCheckpoint.objects.get(pk=first.run.checkpoint_id)
+    pipeline.generation_close(generation_id=first.pk)
+    # Pretend validation chose "last" and a threshold every step passes.
+    PRMCheckpoint.objects.filter(pk=checkpoint.pk).update(aggregation="last", threshold=0.0)
+    SolutionScore.objects.filter(checkpoint=checkpoint).delete()
+
+    second = drive(generation_start(config=config(k=2, retrain=False, training={})))
+
+    rows = SolutionScore.objects.filter(checkpoint=checkpoint)
+    assert rows.exists() and set(rows.values_list("reduction", flat=True)) == {"last"}
+    assert all(row.score == pytest.approx(row.step_scores[-1]) for row in rows)
+    stats = GenerationRun.objects.get(generation=second).selection_stats
+    # Every wrong-answer pick passes a threshold of 0: the checkpoint flags nothing.
+    assert stats["wrong_answer_picks_passing_threshold"] == stats["wrong_answer_picks"] > 0

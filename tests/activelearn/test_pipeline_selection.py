@@ -1,10 +1,10 @@
-"""The selection contract the pipeline relies on (activelearn.simulation.selection, shared
+"""The selection contract the pipeline relies on (activelearn.selection, shared
 with the campaign simulation): checked as properties, the way generation_select calls it."""
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from activelearn.simulation.selection import PoolCandidate, Selected, select_convincing
+from activelearn.selection import PoolCandidate, Selected, select_convincing
 
 candidates_st = st.lists(
     st.builds(

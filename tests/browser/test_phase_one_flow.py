@@ -10,7 +10,7 @@ import pytest
 from annotate.celery import app
 from labeling.models import Assignment, AssignmentStatus, FinishReason, LabeledStep
 from tests.activelearn.stepgen.completions_server import ServerState, completions_server
-from tests.labeling.test_phase_one import export_import_export, make_phase_one_task
+from tests.labeling.work.test_phase_one import export_import_export, make_phase_one_task
 from tests.labeling.workflow_factories import make_labeler
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -46,7 +46,7 @@ def generator_server(settings) -> Iterator[ServerState]:
         settings.STEPGEN_OPENAI_MODEL = "math-gen"
         settings.STEPGEN_K = 3
         settings.STEPGEN_RETRIES = 0
-        settings.STEPGEN_CANDIDATE_STORE = "activelearn.stepgen_service.DatabaseCandidateStore"
+        settings.STEPGEN_CANDIDATE_STORE = "labeling.work.candidates.DatabaseCandidateStore"
         yield state
     app.conf.task_always_eager = previous
 

@@ -119,8 +119,8 @@ def export_writers(*, seconds: float, log: str, go: str) -> dict[str, Any]:
     Ratings (not serialised) keep the database busy in between. Starts when the file
     ``go`` exists.
     """
-    from labeling.queue import assignment_next
-    from labeling.rating import assignment_submit, step_rate
+    from labeling.work.queue import assignment_next
+    from labeling.work.rating import assignment_submit, step_rate
 
     submit_lock = threading.Lock()
     sink = Path(log).open("a")  # noqa: SIM115 (shared by the threads, closed after they join)
@@ -136,11 +136,11 @@ def export_writers(*, seconds: float, log: str, go: str) -> dict[str, Any]:
                 if assignment is None:
                     return
                 for index in range(len(STEPS)):
-                    step_rate(assignment=assignment, step_index=index, completion_index=0, rating=1, flagged=False,
-                              version=index + 1)  # fmt: skip
+                    step_rate(assignment_id=assignment.pk, user_id=None, step_index=index, completion_index=0,
+                              rating=1, flagged=False, version=index + 1)  # fmt: skip
                     counts["ratings"] += 1
                 with submit_lock:
-                    assignment_submit(assignment=assignment)
+                    assignment_submit(assignment_id=assignment.pk, user_id=None)
                     sink.write(f"{assignment.pk}\n")
                     sink.flush()
                     counts["submits"] += 1

@@ -7,10 +7,10 @@ from typing import Any
 
 from django.test import Client
 
-from labeling.gold import gold_set, gold_steps_for_errors, quality_control_set_create, screening_set_create
 from labeling.models import Assignment, Generation, Labeler, Task
-from labeling.queue import assignment_next
-from labeling.rating import assignment_submit, step_rate
+from labeling.quality.gold import gold_set, gold_steps_for_errors, quality_control_set_create, screening_set_create
+from labeling.work.queue import assignment_next
+from labeling.work.rating import assignment_submit, step_rate
 from tests.labeling.workflow_factories import STEPS, make_task
 
 GOLD_NOTE = "GOLDNOTE-zq7: the sign flips in step 3"
@@ -25,7 +25,7 @@ def make_gold_solution_task(*, generation: Generation, error_steps: Collection[i
 
 
 def make_screening_set(*, size: int, error_steps: Collection[int] = (2,)) -> list[Task]:
-    from labeling.gold import screening_generation_get
+    from labeling.quality.gold import screening_generation_get
 
     # Scratch tasks just to create problems/solutions; they live in generation -1 as normal tasks.
     scratch = [
@@ -45,11 +45,12 @@ def label(assignment: Assignment, ratings: Sequence[int]) -> None:
     """Rate the solution's own steps in order and submit (stops at the first -1)."""
     for index, rating in enumerate(ratings):
         step_rate(
-            assignment=assignment, step_index=index, completion_index=0, rating=rating, flagged=False, version=index + 1
-        )
+            assignment_id=assignment.pk, user_id=None, step_index=index, completion_index=0, rating=rating,
+            flagged=False, version=index + 1,
+        )  # fmt: skip
         if rating == -1:
             break
-    assignment_submit(assignment=assignment)
+    assignment_submit(assignment_id=assignment.pk, user_id=None)
 
 
 AGREE = [1, 1, -1]  # first error at step index 2: agrees with the default gold

@@ -12,7 +12,6 @@ from django.test import Client
 from django.urls import reverse
 
 from activelearn.models import CheckpointStatus, PRMCheckpoint, SolutionScore
-from labeling.admin import EstimatedCountPaginator
 from labeling.models import (
     Assignment,
     AssignmentStatus,
@@ -22,6 +21,7 @@ from labeling.models import (
     LabelerStatus,
     Problem,
 )
+from labeling.staff.admin_base import EstimatedCountPaginator
 from tests.labeling.admin_factories import make_staff, make_submitted
 from tests.labeling.workflow_factories import make_generation, make_labeler, make_task
 

@@ -23,7 +23,7 @@ from labeling.models import (
     StepRating,
     Task,
 )
-from labeling.queue import assignment_next
+from labeling.work.queue import assignment_next
 from tests.labeling.admin_factories import make_staff
 from tests.labeling.workflow_factories import make_generation, make_labeler, make_task
 

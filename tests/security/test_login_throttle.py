@@ -14,7 +14,7 @@ from django.test import Client
 from rest_framework.test import APIClient
 from rest_framework.throttling import UserRateThrottle
 
-from labeling.auth import THROTTLED_MESSAGE, login_attempt_allowed, login_failure_record
+from labeling.web.auth import THROTTLED_MESSAGE, login_attempt_allowed, login_failure_record
 from tests.conftest import test_database_url as child_database_url
 from tests.labeling.workflow_factories import make_labeler
 
@@ -110,7 +110,7 @@ def test_it_shares_the_counters_between_processes() -> None:
     script = (
         "import django; django.setup()\n"
         "from django.conf import settings\n"
-        "from labeling.auth import login_failure_record\n"
+        "from labeling.web.auth import login_failure_record\n"
         "for _ in range(settings.LOGIN_FAILURES_PER_ADDRESS):\n"
         f"    login_failure_record(username='alice', address='{ATTACKER}')\n"
     )
@@ -243,7 +243,7 @@ def test_it_does_not_trust_a_cookie_issued_for_another_account(settings: Any) ->
 
 
 def test_it_does_not_trust_a_forged_cookie(settings: Any) -> None:
-    from labeling.auth import DEVICE_COOKIE
+    from labeling.web.auth import DEVICE_COOKIE
 
     make_labeler(name="victim")
     _slow_down(settings)
@@ -272,7 +272,7 @@ def test_it_leaves_no_unthrottled_password_check_in_the_url_map() -> None:
     from django.urls import URLPattern, URLResolver, get_resolver
     from rest_framework.authtoken.views import ObtainAuthToken
 
-    from labeling.auth import ThrottledLoginView
+    from labeling.web.auth import ThrottledLoginView
 
     def views(patterns: list[Any]) -> list[Any]:
         found: list[Any] = []

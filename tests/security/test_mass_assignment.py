@@ -9,7 +9,7 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from labeling.models import Assignment, FinishReason, StepRating, Task
-from labeling.rating import MAX_VERSION
+from labeling.work.assignment import MAX_VERSION
 from tests.labeling.workflow_factories import STEPS
 from tests.security.conftest import World
 

@@ -1,6 +1,6 @@
 """Gold items stay indistinguishable through the API and on every error page.
 
-tests/labeling/test_no_gold_leak.py covers the HTML pages, htmx fragments and
+tests/labeling/web/test_no_gold_leak.py covers the HTML pages, htmx fragments and
 our static files; this adds the JSON API flow of a QC item and the bodies of
 404/403/400/409/422 answers (HTML and API) given while a QC item is open.
 """
@@ -14,10 +14,10 @@ import pytest
 from django.test import Client
 from rest_framework.test import APIClient
 
-from labeling import queue
 from labeling.models import Assignment, TaskKind
+from labeling.work import queue
 from tests.labeling.gold_factories import make_qc_pool, make_screening_set
-from tests.labeling.test_no_gold_leak import _scan
+from tests.labeling.web.test_no_gold_leak import _scan
 from tests.labeling.workflow_factories import make_generation, make_labeler, make_task
 
 pytestmark = pytest.mark.django_db

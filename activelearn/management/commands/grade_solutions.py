@@ -7,8 +7,8 @@ from tqdm import tqdm
 
 from activelearn.answer_grading import grade_summary, solutions_grade
 from activelearn.grading import DEFAULT_TIMEOUT_S
-from activelearn.solution_selectors import SelectionError, never_graded_q, solutions_matching
-from labeling.models import Solution
+from activelearn.solution_selectors import never_graded_q, solutions_matching
+from labeling.models import Generation, Solution, Split
 
 
 class Command(BaseCommand):
@@ -21,10 +21,18 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
-        parser.add_argument("--split", choices=["train", "test"], help="only problems of this split")
+        parser.add_argument(
+            "--split",
+            action="append",
+            dest="splits",
+            default=[],
+            choices=[split for split in Split.values if split],
+            help="only problems of this split (repeatable)",
+        )
         parser.add_argument(
             "--problem",
             action="append",
+            dest="problem_ids",
             default=[],
             metavar="UNIQUE_ID",
             help="only this problem (repeatable; a trailing * matches a prefix, e.g. 'champ/*')",
@@ -32,6 +40,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--generation",
             action="append",
+            dest="generations",
             type=int,
             default=[],
             metavar="N",
@@ -49,16 +58,18 @@ class Command(BaseCommand):
             raise CommandError("--timeout must be positive")
         if options["processes"] is not None and options["processes"] < 1:
             raise CommandError("--processes must be at least 1")
-        try:
-            selection = solutions_matching(
-                split=options["split"],
-                problems=options["problem"],
-                generations=options["generation"],
-                first_id=options["first_id"],
-                last_id=options["last_id"],
-            )
-        except SelectionError as error:
-            raise CommandError(str(error)) from None
+        unknown = set(options["generations"]) - set(
+            Generation.objects.filter(number__in=options["generations"]).values_list("number", flat=True)
+        )
+        if unknown:
+            raise CommandError(f"no generation numbered {', '.join(str(n) for n in sorted(unknown))}")
+        selection = solutions_matching(
+            splits=options["splits"],
+            problem_ids=options["problem_ids"],
+            generations=options["generations"],
+            first_id=options["first_id"],
+            last_id=options["last_id"],
+        )
         to_grade = selection.filter(never_graded_q()) if options["ungraded"] else selection
         ids = list(to_grade.order_by("id").values_list("id", flat=True))
         if not ids and not selection.exists():

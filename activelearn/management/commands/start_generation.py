@@ -23,13 +23,17 @@ class Command(BaseCommand):
         parser.add_argument("--per-problem", action="store_true", default=None, help="K per problem, not in total")
         parser.add_argument("--wrong-share", type=float, help="share of convincing wrong-answer picks (0.8)")
         parser.add_argument("--problem", action="append", dest="problem_ids", help="Problem.unique_id (repeatable)")
-        parser.add_argument("--split", choices=["train", "test", ""], help="only problems of this split")
+        parser.add_argument("--split", choices=["train", "validation", "test", ""], help="only problems of this split")
         parser.add_argument("--per-problem-cap", type=int, help="at most N pool solutions per problem")
         parser.add_argument("--qc-items", type=int, help="gold QC items to add to the generation (0)")
         parser.add_argument("--overlap-share", type=float, help="share of tasks labeled twice")
         parser.add_argument("--neutral", choices=["own", "positive", "negative"], help="training: neutral labels")
         parser.add_argument("--neutral-as", choices=["positive", "negative"], help="scoring: neutral counts as")
-        parser.add_argument("--reduction", choices=["product", "min"], help="step scores to a solution score")
+        parser.add_argument(
+            "--reduction",
+            choices=["product", "min", "mean", "last"],
+            help="step scores to a solution score (default: the checkpoint's aggregation)",
+        )
         parser.add_argument("--no-retrain", action="store_false", dest="retrain", default=None)
         parser.add_argument("--checkpoint", type=int, dest="checkpoint_id", help="with --no-retrain: this checkpoint")
         parser.add_argument("--base-model", help="backbone spec to train from (default PRM_BACKBONE)")

@@ -1,12 +1,20 @@
+import math
 import sys
 from argparse import ArgumentParser
+from dataclasses import replace
 from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from activelearn.checkpoints import BackboneMissingError, NoTrainingDataError, checkpoint_run, checkpoint_train
+from activelearn.checkpoints import (
+    BackboneMissingError,
+    NoTrainingDataError,
+    SplitSelectionError,
+    checkpoint_run,
+    checkpoint_train,
+)
 from activelearn.models import CheckpointStatus, PRMCheckpoint
 from activelearn.training_data import TrainingDataFilters
 
@@ -15,20 +23,33 @@ class Command(BaseCommand):
     help = (
         "Train a process reward model on the submitted labels (quality control, screening, unfinished "
         "tasks and excluded/suspended labelers left out unless asked) and record it as a PRMCheckpoint. "
-        "--resume CHECKPOINT_ID continues a checkpoint that was interrupted or failed."
+        "--resume CHECKPOINT_ID continues a checkpoint that was interrupted or failed. --split/--problem pick the "
+        "problems trained on and --validation-split the ones validated on (default: a hash of the problem id "
+        "holds out --val-fraction). Options left out take the backbone family's defaults (docs/prm.md). Every "
+        "epoch prints validation accuracy beside the majority-class baseline and step AUROC; the end prints the "
+        "first-error threshold and solution aggregation chosen on validation."
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--backbone", default=None, help=f"backbone spec (default {settings.PRM_BACKBONE})")
         parser.add_argument("--through-generation", type=int, help="use labels up to this generation (and phase 1)")
+        parser.add_argument(
+            "--split", action="append", dest="splits", help="train on problems of this split (repeatable)"
+        )
+        parser.add_argument("--problem", action="append", dest="problem_ids", help="train on this Problem.unique_id")
+        parser.add_argument(
+            "--validation-split", action="append", dest="validation_splits", help="validate on this split (repeatable)"
+        )
         parser.add_argument("--resume", type=int, metavar="CHECKPOINT_ID", help="resume this checkpoint instead")
         parser.add_argument("--neutral", choices=["own", "positive", "negative"], default="own")
-        parser.add_argument("--epochs", type=int, help="num_epochs (default 2)")
+        parser.add_argument("--epochs", type=int, help="num_epochs (default: the backbone family's)")
         parser.add_argument("--max-steps", type=int)
         parser.add_argument("--learning-rate", type=float)
         parser.add_argument("--batch-size", type=int)
         parser.add_argument("--gradient-accumulation-steps", type=int)
         parser.add_argument("--max-length", type=int)
+        parser.add_argument("--freeze-layers", type=int, help="lower transformer layers kept frozen")
+        parser.add_argument("--class-weighting", choices=["balanced", "none"], help="loss weights per class")
         parser.add_argument("--val-fraction", type=float)
         parser.add_argument("--seed", type=int)
         parser.add_argument("--checkpoint-every", type=int, help="optimizer steps between resumable checkpoints")
@@ -45,14 +66,18 @@ class Command(BaseCommand):
         def progress(step: int, total: int, loss: float) -> None:
             bar.total = total
             bar.n = step
-            bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+            bar.set_postfix(loss="features" if math.isnan(loss) else f"{loss:.4f}", refresh=False)
             bar.refresh()
+
+        def epoch(report: dict[str, Any]) -> None:
+            bar.clear()
+            self.stdout.write(_epoch_line(report))
 
         try:
             if options["resume"] is not None:
                 if not PRMCheckpoint.objects.filter(pk=options["resume"]).exists():
                     raise CommandError(f"no checkpoint with id {options['resume']}")
-                checkpoint = checkpoint_run(checkpoint_id=options["resume"], progress=progress)
+                checkpoint = checkpoint_run(checkpoint_id=options["resume"], progress=progress, on_epoch=epoch)
             else:
                 config = {
                     key: options[option]
@@ -63,6 +88,8 @@ class Command(BaseCommand):
                         ("batch_size", "batch_size"),
                         ("gradient_accumulation_steps", "gradient_accumulation_steps"),
                         ("max_length", "max_length"),
+                        ("freeze_layers", "freeze_layers"),
+                        ("class_weighting", "class_weighting"),
                         ("val_fraction", "val_fraction"),
                         ("seed", "seed"),
                         ("checkpoint_every", "checkpoint_every"),
@@ -76,15 +103,24 @@ class Command(BaseCommand):
                     include_unfinished=options["include_unfinished"],
                     include_excluded_labelers=options["include_excluded_labelers"],
                     include_suspended_labelers=options["include_suspended_labelers"],
+                    splits=tuple(options["splits"]) if options["splits"] else None,
+                    problem_ids=tuple(options["problem_ids"]) if options["problem_ids"] else None,
+                )
+                validation = (
+                    replace(filters, splits=tuple(options["validation_splits"]), problem_ids=None)
+                    if options["validation_splits"]
+                    else None
                 )
                 checkpoint = checkpoint_train(
                     base_model=options["backbone"] or settings.PRM_BACKBONE,
                     through_generation=options["through_generation"],
                     filters=filters,
+                    validation_filters=validation,
                     config=config,
                     progress=progress,
+                    on_epoch=epoch,
                 )
-        except (NoTrainingDataError, BackboneMissingError) as error:
+        except (NoTrainingDataError, BackboneMissingError, SplitSelectionError) as error:
             raise CommandError(str(error)) from None
         except Exception as error:
             raise CommandError(f"training failed: {type(error).__name__}: {error}") from error
@@ -93,14 +129,32 @@ class Command(BaseCommand):
         if checkpoint.status != CheckpointStatus.READY:
             raise CommandError(f"checkpoint {checkpoint.pk} is {checkpoint.status}: {checkpoint.error}")
         metrics = checkpoint.metrics
+        calibration = checkpoint.calibration or {}
+        chosen = (
+            f"first-error threshold {_fmt(checkpoint.threshold)} (validation F1 "
+            f"{_fmt((calibration.get('first_error') or {}).get('f1'))}), aggregation {checkpoint.aggregation}"
+            if checkpoint.threshold is not None
+            else "no validation solutions: threshold 0.5 and aggregation min by default"
+        )
         self.stdout.write(
             self.style.SUCCESS(
                 f"checkpoint {checkpoint.pk} ready at {checkpoint.path}: {metrics.get('train_solutions')} train / "
                 f"{metrics.get('validation_solutions')} validation solutions, {checkpoint.examples_seen} examples "
                 f"seen, {metrics.get('optimizer_steps')} steps, val loss {_fmt(metrics.get('val_loss'))}, "
-                f"val accuracy {_fmt(metrics.get('val_accuracy'))}, {checkpoint.duration_s or 0:.1f}s"
+                f"val accuracy {_fmt(metrics.get('val_accuracy'))} (majority class "
+                f"{_fmt(metrics.get('val_majority_accuracy'))}), val step AUROC {_fmt(metrics.get('val_auroc'))} "
+                f"(chance 0.5); {chosen}; {checkpoint.duration_s or 0:.1f}s"
             )
         )
+
+
+def _epoch_line(report: dict[str, Any]) -> str:
+    return (
+        f"epoch {report['epoch']} (step {report['step']}): train loss {_fmt(report['train_loss'])}, "
+        f"val loss {_fmt(report['val_loss'])}, val accuracy {_fmt(report['val_accuracy'])} "
+        f"(majority class {_fmt(report['val_majority_accuracy'])}), val step AUROC {_fmt(report['val_auroc'])} "
+        f"(chance 0.5) on {report['val_labeled_steps']} labeled steps"
+    )
 
 
 def _fmt(value: float | None) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from argparse import ArgumentParser
 from typing import Any
 
-from labeling.exports import ExportFilters
+from labeling.data.exports import ExportFilters
 from labeling.models import Phase
 
 

@@ -12,8 +12,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import IntegrityError
 from tqdm import tqdm
 
-from labeling.imports import ImportResult, Progress
-from labeling.prm800k import RecordError
+from labeling.data.imports import ImportResult, Progress
+from labeling.data.prm800k import RecordError
 
 
 class ImportCommand(BaseCommand):

@@ -5,7 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from labeling.exports import prm800k_export
+from labeling.data.exports import prm800k_export
 from labeling.management.commands._exporting import add_filter_arguments, filters_from_options
 
 

@@ -5,8 +5,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
+from labeling.data.stepwise import Neutral, ParquetUnavailable, stepwise_export
 from labeling.management.commands._exporting import add_filter_arguments, filters_from_options
-from labeling.stepwise import Neutral, ParquetUnavailable, stepwise_export
 
 
 class Command(BaseCommand):

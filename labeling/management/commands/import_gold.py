@@ -4,10 +4,10 @@ from typing import Any
 from django.core.management.base import CommandError
 from django.db import transaction
 
-from labeling.gold import GoldError, gold_import, quality_control_set_create, screening_set_create
-from labeling.imports import ImportResult
+from labeling.data.imports import ImportResult
 from labeling.management.commands._importing import ImportCommand
 from labeling.models import Generation, Solution
+from labeling.quality.gold import GoldError, gold_import, quality_control_set_create, screening_set_create
 
 
 class Command(ImportCommand):

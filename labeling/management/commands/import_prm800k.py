@@ -1,6 +1,6 @@
 from typing import Any
 
-from labeling.imports import prm800k_import
+from labeling.data.release_import import prm800k_import
 from labeling.management.commands._importing import ImportCommand
 
 

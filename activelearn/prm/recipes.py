@@ -1,0 +1,98 @@
+"""Training defaults per backbone family: what a ``TrainConfig`` left at None resolves to.
+
+A 22M-parameter encoder, a 135M causal LM and a 1.5B math model want different learning
+rates, lengths and budgets; one set of defaults cannot serve them all (a 1.5B-model rate
+of 1e-5 leaves MiniLM predicting the class prior). The values for the CPU families are
+the ones measured on the CHAMP split (docs/prm.md, "Real data"); the large family follows
+the PRM800K recipe.
+
+The family is read from the spec and, for a local directory, from its ``config.json``
+alone, so resolving costs no model load.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+Family = Literal["tiny", "small_encoder", "small_causal", "large_causal"]
+
+# BERT-style models: bidirectional encoders that the PRM switches to causal attention.
+ENCODER_MODEL_TYPES = frozenset(
+    {"bert", "roberta", "xlm-roberta", "electra", "ernie", "camembert", "data2vec-text", "xlm-roberta-xl"}
+)
+# A freeze_layers value at or past any backbone's layer count: the whole backbone.
+FREEZE_ALL = 1000
+# Above this hidden size a model is trained with the large (GPU) recipe.
+LARGE_HIDDEN_SIZE = 1536
+
+
+@dataclass(frozen=True)
+class Recipe:
+    family: Family
+    learning_rate: float
+    num_epochs: int
+    max_length: int
+    # Lower transformer layers (and the embeddings) kept frozen: on a CPU the backward
+    # pass through them is most of the cost, and with a few hundred labeled solutions
+    # the top layers are what needs to move.
+    freeze_layers: int
+
+
+RECIPES: dict[Family, Recipe] = {
+    "tiny": Recipe("tiny", learning_rate=1e-2, num_epochs=2, max_length=512, freeze_layers=0),
+    # Head only, on features computed once (FREEZE_ALL): the one recipe that trains on the
+    # CHAMP split in minutes on 2 cores; its rate and epochs are the head's.
+    "small_encoder": Recipe(
+        "small_encoder", learning_rate=1e-3, num_epochs=5, max_length=384, freeze_layers=FREEZE_ALL
+    ),
+    "small_causal": Recipe("small_causal", learning_rate=1e-3, num_epochs=5, max_length=512, freeze_layers=FREEZE_ALL),
+    "large_causal": Recipe("large_causal", learning_rate=1e-5, num_epochs=2, max_length=2048, freeze_layers=0),
+}
+
+
+# On a GPU a forward and backward pass are cheap: the small families fine-tune there
+# (starting points, not measured on CHAMP; docs/prm.md).
+GPU_RECIPES: dict[Family, Recipe] = {
+    "small_encoder": Recipe("small_encoder", learning_rate=1e-4, num_epochs=3, max_length=512, freeze_layers=0),
+    "small_causal": Recipe("small_causal", learning_rate=5e-5, num_epochs=2, max_length=1024, freeze_layers=0),
+}
+
+
+def family_of_config(config: dict[str, object]) -> Family:
+    model_type = str(config.get("model_type", ""))
+    hidden = config.get("hidden_size")
+    if model_type in ENCODER_MODEL_TYPES:
+        return "small_encoder"
+    if isinstance(hidden, int) and hidden < LARGE_HIDDEN_SIZE:
+        return "small_causal"
+    return "large_causal"
+
+
+def backbone_family(spec: str) -> Family:
+    """The family of a backbone spec (builtin name, local HF directory or saved PRM)."""
+    if spec.startswith("tiny:"):
+        return "tiny"
+    if spec == "builtin:minilm":
+        return "small_encoder"
+    if spec.startswith("builtin:"):
+        return "small_causal"
+    directory = Path(spec).expanduser()
+    saved_prm = directory / "prm_config.json"
+    if saved_prm.is_file():
+        # Continuing from a saved PRM: its base decides, else its saved backbone's config.
+        base = json.loads(saved_prm.read_text()).get("base_model", "")
+        if isinstance(base, str) and base.startswith(("tiny:", "builtin:")):
+            return backbone_family(base)
+        directory = directory / "backbone"
+    config_file = directory / "config.json"
+    if config_file.is_file():
+        return family_of_config(json.loads(config_file.read_text()))
+    return "large_causal"
+
+
+def recipe_for(spec: str, *, gpu: bool = False) -> Recipe:
+    family = backbone_family(spec)
+    return GPU_RECIPES.get(family, RECIPES[family]) if gpu else RECIPES[family]

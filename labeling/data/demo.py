@@ -1,0 +1,473 @@
+"""Demo data: real competition problems and real LLM solutions from CHAMP.
+
+The ``champ-dataset`` package ships 270 competition math problems (CHAMP,
+Mao et al., 2024) with reference solutions and answers, and 72 recorded
+conversations per problem in which GPT-3.5, GPT-4, GPT-4 Turbo and PaLM 2
+Medium solve it under 18 prompt conditions (zero-shot, few-shot, with hints,
+with a partial solution, ...). ``demo_load`` turns them into what a labeler
+works on in phase 2: problems, solutions split one step per line, generation 0
+and one open task per solution, plus a demo admin and an active demo labeler.
+
+Choices, so that a reader of the demo data knows what it is:
+
+- ``Problem.unique_id`` is ``champ/<identifier>`` (``champ/P_Combinatorics_1``)
+  so demo problems can never collide with imported PRM800K/MATH ids.
+- ``Problem.split`` is ``test``: CHAMP is an evaluation benchmark, and no
+  problem of it belongs to MATH's training split.
+- ``Problem.level`` is null: CHAMP does not grade difficulty.
+- A conversation's solution is the model message answered by the final
+  "summarize" prompt, split into steps by the shared splitter
+  (``activelearn.stepgen.splitting``). Its final answer is the one the steps
+  state (``activelearn.grading.extract_final_answer``: a box, "the answer is",
+  the concluding sentence); the one-sentence summary is read only when the
+  steps state none, because a final answer should follow from the steps the
+  labeler sees. Replies cut off by the length limit are not loaded at all.
+- ``Solution.generator`` is ``champ-dataset v0`` and ``Solution.source_key`` the
+  conversation key (``GPT-4|0-Shot``). Rows loaded by earlier versions (last
+  line as the answer, no provenance) are brought up to date on the next run.
+- Solutions are taken per problem in a fixed order: zero-shot for each model,
+  then 5-shot, then the hint/concept conditions, and last the two conditions
+  that hand the model part of the reference solution (their replies start
+  mid-way, "2. ...", or discuss "the partial solution you provided").
+- ``Solution.source_model`` is the model's name as CHAMP records it
+  (``GPT-4``); the prompt condition is not part of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import connection, transaction
+
+from activelearn.grading.extraction import extract_final_answer
+from activelearn.stepgen.splitting import split_steps
+from labeling.models import (
+    Generation,
+    GenerationStatus,
+    Labeler,
+    LabelerStatus,
+    Phase,
+    Problem,
+    Solution,
+    Split,
+    Task,
+    TaskKind,
+    content_sha256,
+    text_sha256,
+)
+
+CHAMP_VERSION = "v0"
+UNIQUE_ID_PREFIX = "champ/"
+DEMO_GENERATION_NUMBER = 0
+DEFAULT_SOLUTIONS_PER_PROBLEM = 8
+DEMO_ADMIN_USERNAME = "admin"
+DEMO_LABELER_USERNAME = "labeler"
+# Well-known on purpose: `make run` prints them. The command refuses them
+# outside a local setup (see ``default_passwords_allowed``).
+DEFAULT_ADMIN_PASSWORD = "admin"
+DEFAULT_LABELER_PASSWORD = "labeler"
+
+GENERATOR = f"champ-dataset {CHAMP_VERSION}"
+_MODEL_ROLE_PREFIX = "Model."
+_SUMMARY_PROMPT_PREFIX = "Now, summarize"
+# Conditions whose prompt contains part of the reference solution: served last.
+_PARTIAL_SOLUTION_CONDITIONS = frozenset({"1/3 Soln", "2/3 Soln"})
+# (problem pk, content_sha256, source_model): the solution_unique_per_problem key.
+_SolutionKey = tuple[int, str, str]
+
+
+class DemoError(Exception):
+    """The demo data cannot be loaded as asked; the message says why."""
+
+
+@dataclass(frozen=True)
+class DemoSolution:
+    conversation: str  # CHAMP's key, "<model>|<condition>"; stored as Solution.source_key
+    source_model: str
+    steps: list[str]
+    final_answer: str | None
+    summary: str | None  # the model's one-sentence summary turn, if it gave one
+
+
+@dataclass(frozen=True)
+class DemoProblem:
+    unique_id: str
+    problem: str
+    solution: str
+    answer: str
+    subject: str
+    solutions: list[DemoSolution]
+
+
+@dataclass(frozen=True)
+class DemoLogin:
+    username: str
+    password: str
+    created: bool
+    # False when the account existed with another password and this run did
+    # not reset it: the printed password would then not work.
+    password_works: bool
+    is_staff: bool
+
+
+@dataclass(frozen=True)
+class DemoLoadResult:
+    problems_created: int
+    problems_total: int
+    solutions_created: int
+    solutions_total: int
+    tasks_created: int
+    tasks_total: int
+    generation_number: int
+    generation_status: str
+    admin: DemoLogin
+    labeler: DemoLogin
+
+
+# --- Reading CHAMP -----------------------------------------------------------
+
+
+def solution_message(messages: list[Any]) -> tuple[Any, str | None] | None:
+    """The model message that the final "summarize" prompt answers, with the model's
+    one-sentence summary (None if it has none); None if there is no such message."""
+    for index in range(len(messages) - 1, 0, -1):
+        message = messages[index]
+        if message.role == "User":
+            if not (message.text or "").startswith(_SUMMARY_PROMPT_PREFIX):
+                return None
+            previous = messages[index - 1]
+            if not str(previous.role).startswith(_MODEL_ROLE_PREFIX):
+                return None
+            reply = messages[index + 1] if index + 1 < len(messages) else None
+            summary = reply.text if reply is not None and reply.error is None and reply.text else None
+            return previous, summary
+    return None
+
+
+def _conversation_order(keys: Iterable[str]) -> list[str]:
+    """CHAMP's conversation keys in serving order: by condition, models interleaved."""
+    models: list[str] = []
+    conditions: list[str] = []
+    for key in keys:
+        model, _, condition = key.partition("|")
+        if model not in models:
+            models.append(model)
+        if condition not in conditions:
+            conditions.append(condition)
+    ranked = [c for c in conditions if c not in _PARTIAL_SOLUTION_CONDITIONS] + [
+        c for c in conditions if c in _PARTIAL_SOLUTION_CONDITIONS
+    ]
+    condition_rank = {c: i for i, c in enumerate(ranked)}
+    model_rank = {m: i for i, m in enumerate(models)}
+
+    def rank(key: str) -> tuple[int, int]:
+        model, _, condition = key.partition("|")
+        return condition_rank[condition], model_rank[model]
+
+    return sorted(keys, key=rank)
+
+
+def read_champ(*, solutions_per_problem: int | None) -> list[DemoProblem]:
+    """Read CHAMP's problems and up to ``solutions_per_problem`` usable solutions each (None: all)."""
+    if solutions_per_problem is not None and solutions_per_problem < 0:
+        raise DemoError(f"solutions per problem must be 0 or more, got {solutions_per_problem}")
+    try:
+        import champ_dataset
+    except ImportError:
+        raise DemoError("the champ-dataset package is not installed (pip install -r requirements.txt)") from None
+    try:
+        dataset = champ_dataset.load(CHAMP_VERSION)
+    except (OSError, ValueError, KeyError) as exc:
+        raise DemoError(f"cannot read CHAMP {CHAMP_VERSION} from the champ-dataset package: {exc}") from exc
+
+    problems: list[DemoProblem] = []
+    for identifier, item in dataset.problems.items():
+        solutions: list[DemoSolution] = []
+        seen: set[tuple[str, str]] = set()
+        conversations = item.conversations or {}
+        for key in _conversation_order(conversations):
+            if solutions_per_problem is not None and len(solutions) >= solutions_per_problem:
+                break
+            found = solution_message(conversations[key].messages or [])
+            if found is None:
+                continue
+            message, summary = found
+            # Replies cut off by the length limit, and empty ones, are not solutions.
+            if message.error is not None or not message.text:
+                continue
+            steps = split_steps(message.text)
+            if not steps:
+                continue
+            source_model = str(message.role)[len(_MODEL_ROLE_PREFIX) :]
+            # Two conditions can yield the same text from the same model; the
+            # database keeps one (solution_unique_per_problem), so do we.
+            final_answer = extract_final_answer("\n".join(steps), summary=summary)
+            identity = (content_sha256(steps, final_answer), source_model)
+            if identity in seen:
+                continue
+            seen.add(identity)
+            solutions.append(
+                DemoSolution(
+                    conversation=key,
+                    source_model=source_model,
+                    steps=steps,
+                    final_answer=final_answer,
+                    summary=summary,
+                )
+            )
+        reference_steps = item.solution.steps if item.solution and item.solution.steps else []
+        problems.append(
+            DemoProblem(
+                unique_id=f"{UNIQUE_ID_PREFIX}{identifier}",
+                problem=item.text,
+                solution="\n".join(step.text for step in reference_steps),
+                answer=item.answer,
+                subject=item.category or "",
+                solutions=solutions,
+            )
+        )
+    return problems
+
+
+# --- Loading -------------------------------------------------------------------
+
+
+def task_priority(unique_id: str, conversation: str) -> float:
+    """A stable pseudo-random priority in [0, 1).
+
+    Equal priorities would serve one problem's solutions back to back (the
+    queue breaks ties by id); hashing spreads them out, and gives every run,
+    and every cap, the same value for the same solution.
+    """
+    digest = hashlib.sha256(f"{unique_id}|{conversation}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def default_passwords_allowed(*, debug: bool) -> bool:
+    """The well-known demo passwords are only for a local run: DEBUG or the embedded SQLite."""
+    return debug or connection.vendor == "sqlite"
+
+
+def _ensure_user(*, username: str, password: str, staff: bool, reset_password: bool) -> tuple[Any, DemoLogin]:
+    user_model = get_user_model()
+    user: AbstractBaseUser
+    try:
+        user = user_model.objects.get(**{user_model.USERNAME_FIELD: username})
+        created = False
+    except user_model.DoesNotExist:
+        user = user_model(**{user_model.USERNAME_FIELD: username, "is_staff": staff, "is_superuser": staff})
+        created = True
+    if created or reset_password:
+        user.set_password(password)
+        user.save()
+        works = True
+    else:
+        # Never overwrite a password someone chose; say whether ours still works.
+        works = user.check_password(password)
+    login = DemoLogin(
+        username=username,
+        password=password,
+        created=created,
+        password_works=works,
+        is_staff=bool(getattr(user, "is_staff", False)),
+    )
+    return user, login
+
+
+def demo_load(
+    *,
+    solutions_per_problem: int | None,
+    admin_password: str,
+    labeler_password: str,
+    reset_passwords: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> DemoLoadResult:
+    """Load CHAMP as generation-0 work and create the demo logins; idempotent.
+
+    Rows that already exist (by ``Problem.unique_id``, the
+    ``solution_unique_per_problem`` and ``task_unique_per_generation``
+    constraints, usernames) are left untouched, so a second run creates
+    nothing. Everything happens in one transaction.
+    """
+
+    def say(message: str) -> None:
+        if progress is not None:
+            progress(message)
+
+    say(f"Reading CHAMP {CHAMP_VERSION} from the champ-dataset package...")
+    demo_problems = read_champ(solutions_per_problem=solutions_per_problem)
+    solution_count = sum(len(p.solutions) for p in demo_problems)
+    say(f"  {len(demo_problems)} problems, {solution_count} solutions selected")
+
+    with transaction.atomic():
+        # Problems.
+        wanted_ids = [p.unique_id for p in demo_problems]
+        existing = set(Problem.objects.filter(unique_id__in=wanted_ids).values_list("unique_id", flat=True))
+        new_problems = [
+            Problem(
+                unique_id=p.unique_id,
+                problem=p.problem,
+                problem_sha256=text_sha256(p.problem),
+                solution=p.solution,
+                answer=p.answer,
+                subject=p.subject,
+                level=None,
+                split=Split.TEST,
+            )
+            for p in demo_problems
+            if p.unique_id not in existing
+        ]
+        Problem.objects.bulk_create(new_problems)
+        problem_pk = dict(Problem.objects.filter(unique_id__in=wanted_ids).values_list("unique_id", "pk"))
+        say(f"Problems: {len(new_problems)} created, {len(existing)} already there")
+
+        # Solutions.
+        solution_pk, updated = _demo_solutions_upgrade(demo_problems, problem_pk)
+        selected: list[tuple[_SolutionKey, DemoProblem, DemoSolution]] = []
+        new_solutions: list[Solution] = []
+        for p in demo_problems:
+            for s in p.solutions:
+                key = (problem_pk[p.unique_id], content_sha256(s.steps, s.final_answer), s.source_model)
+                selected.append((key, p, s))
+                if key not in solution_pk:
+                    new_solutions.append(
+                        Solution(
+                            problem_id=key[0],
+                            steps=s.steps,
+                            content_sha256=key[1],
+                            final_answer=s.final_answer,
+                            source_model=s.source_model,
+                            generator=GENERATOR,
+                            source_key=s.conversation,
+                        )
+                    )
+        Solution.objects.bulk_create(new_solutions, batch_size=500)
+        if new_solutions:
+            # bulk_create does not return primary keys on every backend; read them back.
+            solution_pk = _demo_solution_keys(problem_pk.values())
+        say(
+            f"Solutions: {len(new_solutions)} created, {len(selected) - len(new_solutions)} already there"
+            + (f" ({updated} given their extracted answer and conversation key)" if updated else "")
+        )
+
+        # Generation 0 and its tasks.
+        generation, _ = Generation.objects.get_or_create(
+            number=DEMO_GENERATION_NUMBER,
+            defaults={
+                "phase": Phase.TWO,
+                "status": GenerationStatus.OPEN,
+                "config": {"source": f"champ-dataset {CHAMP_VERSION} (load_demo)"},
+            },
+        )
+        if generation.phase != Phase.TWO:
+            raise DemoError(f"generation {DEMO_GENERATION_NUMBER} exists but is not a phase-2 generation")
+        tasked = set(
+            Task.objects.filter(
+                generation=generation,
+                kind=TaskKind.NORMAL,
+                serial=0,
+                solution_id__in=[solution_pk[key] for key, _, _ in selected],
+            ).values_list("solution_id", flat=True)
+        )
+        new_tasks = [
+            Task(
+                generation=generation,
+                solution_id=solution_pk[key],
+                kind=TaskKind.NORMAL,
+                is_quality_control=False,
+                serial=0,
+                priority=task_priority(p.unique_id, s.conversation),
+                labelers_needed=1,
+            )
+            for key, p, s in selected
+            if solution_pk[key] not in tasked
+        ]
+        Task.objects.bulk_create(new_tasks, batch_size=500)
+        say(f"Generation {generation.number} ({generation.status}): {len(new_tasks)} tasks created")
+
+        # Logins.
+        _, admin = _ensure_user(
+            username=DEMO_ADMIN_USERNAME, password=admin_password, staff=True, reset_password=reset_passwords
+        )
+        labeler_user, labeler = _ensure_user(
+            username=DEMO_LABELER_USERNAME, password=labeler_password, staff=False, reset_password=reset_passwords
+        )
+        if labeler.created:
+            # Active straight away (no screening) so the demo can be labeled at
+            # once; update_or_create also covers a Labeler made by a signal.
+            Labeler.objects.update_or_create(user=labeler_user, defaults={"status": LabelerStatus.ACTIVE})
+        else:
+            Labeler.objects.get_or_create(user=labeler_user, defaults={"status": LabelerStatus.ACTIVE})
+
+        return DemoLoadResult(
+            problems_created=len(new_problems),
+            problems_total=Problem.objects.filter(unique_id__startswith=UNIQUE_ID_PREFIX).count(),
+            solutions_created=len(new_solutions),
+            solutions_total=Solution.objects.filter(problem__unique_id__startswith=UNIQUE_ID_PREFIX).count(),
+            tasks_created=len(new_tasks),
+            tasks_total=Task.objects.filter(generation=generation).count(),
+            generation_number=DEMO_GENERATION_NUMBER,
+            generation_status=str(generation.status),
+            admin=admin,
+            labeler=labeler,
+        )
+
+
+def _demo_solution_keys(problem_pks: Iterable[int]) -> dict[_SolutionKey, int]:
+    return {
+        (problem_id, sha, model): pk
+        for pk, problem_id, sha, model in Solution.objects.filter(problem_id__in=list(problem_pks)).values_list(
+            "pk", "problem_id", "content_sha256", "source_model"
+        )
+    }
+
+
+def _demo_solutions_upgrade(
+    demo_problems: list[DemoProblem], problem_pk: dict[str, int]
+) -> tuple[dict[_SolutionKey, int], int]:
+    """The stored demo solutions by key, after bringing rows loaded by earlier versions
+    up to date; returns them and how many rows were updated.
+
+    Earlier versions stored the last line as the final answer and no provenance. Such a
+    row is found by its problem, model and steps, and gets the extracted answer (and so
+    a new ``content_sha256``), the generator and the conversation key, so a later run
+    neither duplicates it nor leaves its answer wrong. Steps, tasks and labels are
+    untouched.
+    """
+    solution_pk = _demo_solution_keys(problem_pk.values())
+    by_steps: dict[tuple[int, str, str], tuple[int, str, str]] = {}
+    for pk, problem_id, model, steps, sha, source_key in Solution.objects.filter(
+        problem_id__in=problem_pk.values()
+    ).values_list("pk", "problem_id", "source_model", "steps", "content_sha256", "source_key"):
+        if steps is not None:
+            by_steps.setdefault((problem_id, model, "\x00".join(steps)), (pk, sha, source_key))
+    changed: list[Solution] = []
+    for p in demo_problems:
+        for s in p.solutions:
+            key = (problem_pk[p.unique_id], content_sha256(s.steps, s.final_answer), s.source_model)
+            earlier = by_steps.pop((key[0], s.source_model, "\x00".join(s.steps)), None)
+            if earlier is None:
+                continue
+            pk, sha, source_key = earlier
+            if sha == key[1] and source_key == s.conversation:
+                continue
+            if key in solution_pk and solution_pk[key] != pk:
+                continue  # the current form is stored already, as another row
+            changed.append(
+                Solution(
+                    pk=pk,
+                    final_answer=s.final_answer,
+                    content_sha256=key[1],
+                    generator=GENERATOR,
+                    source_key=s.conversation,
+                )
+            )
+    if not changed:
+        return solution_pk, 0
+    Solution.objects.bulk_update(changed, ["final_answer", "content_sha256", "generator", "source_key"], batch_size=500)
+    return _demo_solution_keys(problem_pk.values()), len(changed)

@@ -1,0 +1,392 @@
+"""Quality control: agreement with gold, screening admission, rolling quality, IAA.
+
+Services (writes) and selectors (reads returning numbers) for the admin,
+the API and the labeler's own screening page. The arithmetic lives in
+``labeling.quality.agreement``; definitions are in docs/quality.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from itertools import combinations
+
+from django.conf import settings
+from django.db.models import Exists, OuterRef, QuerySet
+
+from labeling.labelers import labeler_set_status
+from labeling.models import (
+    SCREENING_GENERATION,
+    Assignment,
+    AssignmentStatus,
+    Generation,
+    GoldStep,
+    Labeler,
+    LabelerStatus,
+    StepRating,
+    Task,
+    TaskKind,
+    TaskStatus,
+)
+from labeling.quality.agreement import Gold, first_negative, ordinal_alpha, share, solution_agrees, steps_agreeing
+
+GOLD_KINDS = (TaskKind.SCREENING, TaskKind.QUALITY_CONTROL)
+
+
+# --- Loading gold and ratings -------------------------------------------------
+
+
+def gold_for(*, solution_ids: Iterable[int]) -> dict[int, Gold]:
+    """Gold per solution id, for the solutions that are gold (one query)."""
+    acceptable: dict[int, dict[int, frozenset[int]]] = defaultdict(dict)
+    for solution_id, index, neg, neu, pos in GoldStep.objects.filter(solution_id__in=set(solution_ids)).values_list(
+        "solution_id", "step_index", "negative_ok", "neutral_ok", "positive_ok"
+    ):
+        acceptable[solution_id][index] = frozenset(r for r, ok in ((-1, neg), (0, neu), (1, pos)) if ok)
+    return {sid: Gold(acceptable=steps, step_count=len(steps)) for sid, steps in acceptable.items()}
+
+
+def own_ratings_for(*, assignment_ids: Iterable[int]) -> dict[int, dict[int, int | None]]:
+    """Per assignment: step index -> rating of the solution's own step (completion 0) (one query)."""
+    ratings: dict[int, dict[int, int | None]] = defaultdict(dict)
+    for assignment_id, index, rating in StepRating.objects.filter(
+        step__assignment_id__in=set(assignment_ids), completion_index=0
+    ).values_list("step__assignment_id", "step__index", "rating"):
+        ratings[assignment_id][index] = rating
+    return ratings
+
+
+@dataclass(frozen=True)
+class GoldOutcome:
+    assignment_id: int
+    labeler_id: int
+    task_id: int
+    submitted_at: datetime | None
+    agrees: bool
+    steps_agreed: int
+    steps_rated: int
+
+
+def gold_outcomes(assignments: QuerySet[Assignment]) -> list[GoldOutcome]:
+    """Agreement of each assignment with its solution's gold; assignments on non-gold solutions are left out.
+
+    An assignment that never got submitted (expired) counts as disagreeing.
+    Three queries whatever the number of assignments.
+    """
+    rows = list(
+        assignments.values_list(
+            "pk", "labeler_id", "task_id", "task__solution_id", "status", "finish_reason", "submitted_at"
+        )
+    )
+    gold = gold_for(solution_ids=(r[3] for r in rows))
+    rows = [r for r in rows if r[3] in gold]
+    ratings = own_ratings_for(assignment_ids=(r[0] for r in rows))
+    outcomes = []
+    for pk, labeler_id, task_id, solution_id, status, finish_reason, submitted_at in rows:
+        g = gold[solution_id]
+        mine = ratings.get(pk, {})
+        submitted = status == AssignmentStatus.SUBMITTED
+        agreed, rated = steps_agreeing(gold=g, ratings=mine)
+        outcomes.append(
+            GoldOutcome(
+                assignment_id=pk,
+                labeler_id=labeler_id,
+                task_id=task_id,
+                submitted_at=submitted_at,
+                agrees=submitted and solution_agrees(gold=g, ratings=mine, finish_reason=finish_reason),
+                steps_agreed=agreed,
+                steps_rated=rated,
+            )
+        )
+    return outcomes
+
+
+@dataclass(frozen=True)
+class AgreementSummary:
+    items: int
+    agreed: int
+    steps_rated: int
+    steps_agreed: int
+
+    @property
+    def rate(self) -> float | None:
+        """Per-solution agreement (the primary figure); None without items."""
+        return share(self.agreed, self.items)
+
+    @property
+    def step_rate(self) -> float | None:
+        """Per-step agreement (secondary)."""
+        return share(self.steps_agreed, self.steps_rated)
+
+
+def summarise(outcomes: Sequence[GoldOutcome]) -> AgreementSummary:
+    return AgreementSummary(
+        items=len(outcomes),
+        agreed=sum(o.agrees for o in outcomes),
+        steps_rated=sum(o.steps_rated for o in outcomes),
+        steps_agreed=sum(o.steps_agreed for o in outcomes),
+    )
+
+
+def _finished_gold_assignments() -> QuerySet[Assignment]:
+    # In progress is not judged yet; expired ones were served and not done.
+    return Assignment.objects.filter(
+        task__kind__in=GOLD_KINDS, status__in=[AssignmentStatus.SUBMITTED, AssignmentStatus.EXPIRED]
+    )
+
+
+# --- Selectors: agreement with gold -------------------------------------------
+
+
+def labeler_gold_agreement(
+    *, labeler: Labeler, kind: TaskKind | None = None, generation: Generation | None = None
+) -> AgreementSummary:
+    """A labeler's agreement with gold over their finished screening and/or QC items."""
+    qs = _finished_gold_assignments().filter(labeler=labeler)
+    if kind is not None:
+        qs = qs.filter(task__kind=kind)
+    if generation is not None:
+        qs = qs.filter(task__generation=generation)
+    return summarise(gold_outcomes(qs))
+
+
+def generation_gold_agreement(*, generation: Generation) -> AgreementSummary:
+    """Agreement with gold of everyone's finished gold items in one generation (-1: screening)."""
+    return summarise(gold_outcomes(_finished_gold_assignments().filter(task__generation=generation)))
+
+
+def generation_gold_agreement_by_labeler(*, generation: Generation) -> dict[int, AgreementSummary]:
+    """Per labeler id, agreement with gold on one generation's gold items."""
+    by_labeler: dict[int, list[GoldOutcome]] = defaultdict(list)
+    for outcome in gold_outcomes(_finished_gold_assignments().filter(task__generation=generation)):
+        by_labeler[outcome.labeler_id].append(outcome)
+    return {labeler_id: summarise(items) for labeler_id, items in by_labeler.items()}
+
+
+# --- Screening ---------------------------------------------------------------
+
+
+def screening_set_ids() -> list[int]:
+    """Task ids of the screening set, in the order it is served.
+
+    The first SCREENING_SET_SIZE screening tasks (not retired) of generation -1 whose
+    solution is gold, by priority then id (task_gold_kind_idx).
+    """
+    return list(
+        # Not RETIRED rather than OPEN: the rating service marks a task DONE
+        # once labelers_needed people submitted it, but gold items are served
+        # to everyone.
+        Task.objects.filter(kind=TaskKind.SCREENING, generation__number=SCREENING_GENERATION)
+        .exclude(status=TaskStatus.RETIRED)
+        .filter(Exists(GoldStep.objects.filter(solution_id=OuterRef("solution_id"))))
+        .order_by("-priority", "pk")
+        .values_list("pk", flat=True)[: settings.SCREENING_SET_SIZE]
+    )
+
+
+@dataclass(frozen=True)
+class ScreeningResult:
+    set_size: int
+    done: int
+    agreement: AgreementSummary
+    threshold: float
+    status: str
+
+    @property
+    def threshold_percent(self) -> int:
+        return round(self.threshold * 100)
+
+    @property
+    def finished(self) -> bool:
+        return self.set_size > 0 and self.done >= self.set_size
+
+    @property
+    def passed(self) -> bool:
+        rate = self.agreement.rate
+        return self.finished and rate is not None and rate >= self.threshold
+
+
+def labeler_screening_result(*, labeler: Labeler) -> ScreeningResult:
+    """Where a labeler stands in screening: progress and, once finished, agreement (no per-item detail)."""
+    set_ids = screening_set_ids()
+    had = Assignment.objects.filter(labeler=labeler, task_id__in=set_ids)
+    done = had.exclude(status=AssignmentStatus.IN_PROGRESS).count()
+    agreement = summarise(gold_outcomes(had.exclude(status=AssignmentStatus.IN_PROGRESS)))
+    return ScreeningResult(
+        set_size=len(set_ids),
+        done=done,
+        agreement=agreement,
+        threshold=settings.SCREENING_PASS_THRESHOLD,
+        status=labeler.status,
+    )
+
+
+def labeler_screening_conclude(*, labeler: Labeler, now: datetime | None = None) -> bool:
+    """Admit or fail a labeler who has finished the screening set; True if their status changed.
+
+    Does nothing unless the labeler is in screening and has had every item of
+    the set (and holds none in progress). ``labeler_set_status`` locks the
+    labeler row and changes only from SCREENING, so two requests finishing
+    at the same moment decide once.
+    """
+    if labeler.status != LabelerStatus.SCREENING:
+        return False
+    result = labeler_screening_result(labeler=labeler)
+    if not result.finished:
+        return False
+    rate = result.agreement.rate or 0.0
+    summary = (
+        f"{result.agreement.agreed} of {result.agreement.items} screening solutions matched the reviewers' "
+        f"answers ({rate:.0%}; {result.threshold:.0%} needed)"
+    )
+    if result.passed:
+        return labeler_set_status(
+            labeler=labeler,
+            status=LabelerStatus.ACTIVE,
+            reason=f"Passed screening: {summary}.",
+            expected={LabelerStatus.SCREENING},
+            now=now,
+        )
+    return labeler_set_status(
+        labeler=labeler,
+        status=LabelerStatus.FAILED_SCREENING,
+        reason=f"Did not pass screening: {summary}.",
+        expected={LabelerStatus.SCREENING},
+        now=now,
+    )
+
+
+# --- Rolling quality ---------------------------------------------------------
+
+
+def labeler_rolling_quality(*, labeler: Labeler) -> AgreementSummary:
+    """Agreement on the labeler's last QC_WINDOW finished QC items since they were last admitted or reinstated.
+
+    Counting only since the last status change means a reinstated labeler
+    starts with a clean window instead of being suspended again at once.
+    """
+    return summarise(gold_outcomes(Assignment.objects.filter(pk__in=_rolling_window_ids(labeler=labeler))))
+
+
+def _rolling_window_ids(*, labeler: Labeler) -> list[int]:
+    qs = _finished_gold_assignments().filter(labeler=labeler, task__kind=TaskKind.QUALITY_CONTROL)
+    if labeler.status_changed_at is not None:
+        qs = qs.filter(started_at__gt=labeler.status_changed_at)
+    # Served by assignment_labeler_status_idx (labeler, status); a labeler's
+    # QC history is small (tens of rows per generation).
+    return list(qs.order_by("-started_at", "-pk").values_list("pk", flat=True)[: settings.QC_WINDOW])
+
+
+def labeler_quality_enforce(*, labeler: Labeler, now: datetime | None = None) -> bool:
+    """Suspend an active labeler whose rolling QC agreement fell below QC_SUSPEND_BELOW; True if suspended."""
+    if labeler.status != LabelerStatus.ACTIVE:
+        return False
+    window = _rolling_window_ids(labeler=labeler)
+    if len(window) < settings.QC_MIN_ITEMS:
+        # Too few checked items to judge (the usual case, and it runs on
+        # every hand-out): no need to score them.
+        return False
+    quality = summarise(gold_outcomes(Assignment.objects.filter(pk__in=window)))
+    rate = quality.rate
+    if quality.items < settings.QC_MIN_ITEMS or rate is None or rate >= settings.QC_SUSPEND_BELOW:
+        return False
+    return labeler_set_status(
+        labeler=labeler,
+        status=LabelerStatus.SUSPENDED,
+        reason=(
+            f"Suspended automatically: {quality.agreed} of the last {quality.items} checked solutions matched the "
+            f"reviewers' answers ({rate:.0%}; {settings.QC_SUSPEND_BELOW:.0%} needed). An admin can reinstate you."
+        ),
+        expected={LabelerStatus.ACTIVE},
+        now=now,
+    )
+
+
+# --- Overlap and inter-annotator agreement ------------------------------------
+
+
+def overlap_labelers_needed(*, key: str, share_: float | None = None) -> int:
+    """2 for a stable OVERLAP_SHARE of keys (e.g. a solution's content hash), else 1.
+
+    Deterministic, so task creation that is retried makes the same choice.
+    """
+    fraction = settings.OVERLAP_SHARE if share_ is None else share_
+    bucket = int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big") / 2**64
+    return 2 if bucket < fraction else 1
+
+
+@dataclass(frozen=True)
+class InterAnnotatorAgreement:
+    tasks: int  # overlapped tasks with at least two submitted assignments
+    alpha: float | None  # Krippendorff's alpha, ordinal, on own-step ratings
+    step_units: int  # (task, step) units rated by two or more labelers
+    first_error_pairs: int  # labeler pairs on the same task
+    first_error_agreed: int  # of which found the same first error (or both none)
+
+    @property
+    def first_error_rate(self) -> float | None:
+        return share(self.first_error_agreed, self.first_error_pairs)
+
+
+@dataclass(frozen=True)
+class PairAgreement:
+    labeler_a: int
+    labeler_b: int
+    agreement: InterAnnotatorAgreement
+
+
+def _overlap_rows(generation: Generation) -> dict[int, dict[int, dict[int, int | None]]]:
+    """task id -> labeler id -> own-step ratings, for normal tasks with 2+ submitted assignments."""
+    submitted = Assignment.objects.filter(
+        task__generation=generation,
+        task__kind=TaskKind.NORMAL,
+        status=AssignmentStatus.SUBMITTED,
+        finish_reason__in=["found_error", "solution"],
+    )
+    rows = list(submitted.values_list("pk", "task_id", "labeler_id"))
+    per_task: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for pk, task_id, labeler_id in rows:
+        per_task[task_id].append((pk, labeler_id))
+    per_task = {t: v for t, v in per_task.items() if len(v) >= 2}
+    ratings = own_ratings_for(assignment_ids=(pk for v in per_task.values() for pk, _ in v))
+    return {t: {labeler_id: ratings.get(pk, {}) for pk, labeler_id in v} for t, v in per_task.items()}
+
+
+def _iaa(tasks: dict[int, dict[int, dict[int, int | None]]]) -> InterAnnotatorAgreement:
+    units: list[dict[str, int]] = []
+    pairs = agreed = 0
+    for by_labeler in tasks.values():
+        steps = sorted({i for r in by_labeler.values() for i in r})
+        for i in steps:
+            unit = {str(lab): r[i] for lab, r in by_labeler.items() if r.get(i) is not None}
+            units.append({k: v for k, v in unit.items() if v is not None})
+        for a, b in combinations(sorted(by_labeler), 2):
+            pairs += 1
+            agreed += first_negative(by_labeler[a]) == first_negative(by_labeler[b])
+    return InterAnnotatorAgreement(
+        tasks=len(tasks),
+        alpha=ordinal_alpha(units),
+        step_units=sum(1 for u in units if len(u) >= 2),
+        first_error_pairs=pairs,
+        first_error_agreed=agreed,
+    )
+
+
+def generation_inter_annotator_agreement(*, generation: Generation) -> InterAnnotatorAgreement:
+    """IAA on a generation's overlapped normal tasks: alpha on step ratings, first-error agreement."""
+    return _iaa(_overlap_rows(generation))
+
+
+def generation_inter_annotator_agreement_by_pair(*, generation: Generation) -> list[PairAgreement]:
+    """The same figures for every pair of labelers who share at least one task."""
+    tasks = _overlap_rows(generation)
+    by_pair: dict[tuple[int, int], dict[int, dict[int, dict[int, int | None]]]] = defaultdict(dict)
+    for task_id, by_labeler in tasks.items():
+        for a, b in combinations(sorted(by_labeler), 2):
+            by_pair[(a, b)][task_id] = {a: by_labeler[a], b: by_labeler[b]}
+    return [
+        PairAgreement(labeler_a=a, labeler_b=b, agreement=_iaa(shared)) for (a, b), shared in sorted(by_pair.items())
+    ]

@@ -1,0 +1,64 @@
+"""Validation of the labeler's requests. Each rating request carries the full
+state of one completion, so a late request can never mix fields of two clicks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from labeling.work.assignment import MAX_VERSION
+
+_RATINGS = [("-1", "bad"), ("0", "okay"), ("1", "good")]
+_TRUE = {"1", "true", "on"}
+_FALSE = {"0", "false", "off", ""}
+
+
+def _to_rating(raw: str) -> int | None:
+    return None if raw == "" else int(raw)
+
+
+class RateForm(forms.Form):
+    # Current state, kept in hidden inputs (the page's script updates them
+    # before sending)...
+    rating = forms.TypedChoiceField(
+        choices=[("", "unrated"), *_RATINGS], coerce=_to_rating, required=False, empty_value=None
+    )
+    flagged = forms.CharField(required=False)
+    # ...and the button that was pressed, when the form is posted without JS.
+    set_rating = forms.TypedChoiceField(choices=_RATINGS, coerce=int, required=False, empty_value=None)
+    set_flagged = forms.CharField(required=False)
+    version = forms.IntegerField(min_value=1, max_value=MAX_VERSION)
+
+    def clean_flagged(self) -> bool:
+        return self._boolean("flagged")
+
+    def clean_set_flagged(self) -> bool | None:
+        if self.data.get("set_flagged") in (None, ""):
+            return None
+        return self._boolean("set_flagged")
+
+    def _boolean(self, name: str) -> bool:
+        raw = str(self.data.get(name, "")).strip().lower()
+        if raw in _TRUE:
+            return True
+        if raw in _FALSE:
+            return False
+        raise forms.ValidationError("Not a flag value.")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if data.get("set_rating") is not None:
+            data["rating"] = data["set_rating"]
+        if data.get("set_flagged") is not None:
+            data["flagged"] = data["set_flagged"]
+        return data
+
+
+class ReasonForm(forms.Form):
+    reason = forms.CharField(
+        max_length=2000,
+        strip=True,
+        error_messages={"required": "Say briefly why: a few words are enough."},
+        widget=forms.Textarea(attrs={"rows": 2, "required": True}),
+    )

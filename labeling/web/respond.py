@@ -1,0 +1,109 @@
+"""What the labeler pages answer with, shared by the phase-2 and phase-1 views.
+
+htmx requests get a fragment (the ``task-panel`` of the task template, a plain
+text refusal); the same URLs work as plain form posts, which get whole pages
+and redirects. Every task answer carries ``X-Rating-Version`` so that the page
+can drop an answer older than one it already has.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.models import User
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django_htmx.http import push_url
+from django_htmx.middleware import HtmxDetails
+
+from labeling.labelers import labeler_for_user
+from labeling.models import Assignment, Labeler, LabelerStatus
+from labeling.work.alternatives import alternatives_generated_attach
+from labeling.work.assignment import AssignmentNotFound, assignment_for_labeler, is_phase_one
+from labeling.work.phase_one import phase_one_screen
+from labeling.work.queue import LabelerMayNotWork, assignment_next
+from labeling.work.selectors import task_screen
+
+VERSION_HEADER = "X-Rating-Version"
+
+
+class LabelerRequest(HttpRequest):
+    """A request that ``login_required`` let through: its user is signed in."""
+
+    user: User
+
+
+def is_htmx(request: HttpRequest) -> bool:
+    details: HtmxDetails | None = getattr(request, "htmx", None)  # set by HtmxMiddleware
+    return bool(details)
+
+
+def labeler_of(request: LabelerRequest) -> Labeler:
+    return labeler_for_user(user=request.user)
+
+
+def own_assignment(request: LabelerRequest, pk: int) -> Assignment:
+    """The signed-in labeler's assignment; 404 for a missing one and for another labeler's alike."""
+    try:
+        return assignment_for_labeler(user=request.user, pk=pk)
+    except AssignmentNotFound as exc:
+        raise Http404("No such assignment.") from exc
+
+
+def refused(request: HttpRequest, message: str, *, status: int = 409) -> HttpResponse:
+    if is_htmx(request):
+        return HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")
+    return render(request, "labeling/refused.html", {"message": message}, status=status)
+
+
+def task_response(
+    request: HttpRequest, assignment: Assignment | None, *, status: int = 200, **extra: object
+) -> HttpResponse:
+    """The task screen of either phase (or the empty one), as a page or its ``task-panel`` fragment."""
+    if assignment is not None and is_phase_one(assignment):
+        return phase_one_response(request, assignment, status=status, **extra)
+    pending = assignment is not None and alternatives_generated_attach(assignment=assignment)
+    screen = task_screen(assignment=assignment) if assignment is not None else None
+    template = "labeling/task.html#task-panel" if is_htmx(request) else "labeling/task.html"
+    context = {"screen": screen, "alternatives_pending": pending, **extra}
+    response = render(request, template, context, status=status)
+    if screen is not None:
+        response[VERSION_HEADER] = f"{screen.assignment.pk}:{screen.version}"
+    return response
+
+
+def phase_one_response(
+    request: HttpRequest, assignment: Assignment, *, status: int = 200, **extra: object
+) -> HttpResponse:
+    screen = phase_one_screen(assignment=assignment)
+    template = "labeling/phase_one.html#task-panel" if is_htmx(request) else "labeling/phase_one.html"
+    response = render(request, template, {"screen": screen, **extra}, status=status)
+    response[VERSION_HEADER] = f"{assignment.pk}:{screen.version}"
+    return response
+
+
+def next_after_finish(request: LabelerRequest) -> HttpResponse:
+    # Finishing hands over the next task at once: the labeler asked for work
+    # by starting, and keeps it until they stop.
+    labeler = labeler_of(request)
+    try:
+        following = assignment_next(labeler=labeler)
+    except LabelerMayNotWork:
+        following = None
+    if following is None and labeler.status == LabelerStatus.FAILED_SCREENING:
+        return screening_redirect(request)
+    if not is_htmx(request):
+        if following is None:
+            messages.info(request, "Saved. No more tasks are waiting for you right now.")
+            return redirect("home")
+        return redirect("task", pk=following.pk)
+    response = task_response(request, following, finished=True)
+    return push_url(response, reverse("task", args=[following.pk]) if following else reverse("home"))
+
+
+def screening_redirect(request: HttpRequest) -> HttpResponse:
+    if is_htmx(request):
+        response = HttpResponse(status=204)
+        response["HX-Redirect"] = reverse("screening-result")
+        return response
+    return redirect("screening-result")

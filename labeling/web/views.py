@@ -1,0 +1,180 @@
+"""Labeler pages and the phase-2 task. Each view: fetch and authorise, validate, one service call, render.
+
+htmx requests get fragments of ``labeling/task.html``; the same URLs work as
+plain form posts that redirect (no JS needed). What a view answers with is
+built in labeling.web.respond, shared with the phase-1 views; the task URL
+shows whichever screen the assignment's phase needs.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from labeling.labelers import labeler_can_take_work
+from labeling.models import FinishReason, LabelerStatus
+from labeling.quality.control import labeler_screening_result
+from labeling.web.forms import RateForm, ReasonForm
+from labeling.web.respond import (
+    VERSION_HEADER,
+    LabelerRequest,
+    is_htmx,
+    labeler_of,
+    next_after_finish,
+    own_assignment,
+    refused,
+    task_response,
+)
+from labeling.work.assignment import (
+    AssignmentClosed,
+    AssignmentNotFound,
+    NotFinished,
+    RatingRejected,
+    assignment_abandon,
+)
+from labeling.work.queue import LabelerMayNotWork, assignment_next
+from labeling.work.rating import assignment_submit, step_rate
+from labeling.work.selectors import assignment_current, labeler_stats, task_screen_from
+
+
+@login_required
+@require_GET
+def home(request: LabelerRequest) -> HttpResponse:
+    labeler = labeler_of(request)
+    context = {
+        "labeler": labeler,
+        "may_work": labeler_can_take_work(labeler),
+        "stats": labeler_stats(labeler=labeler),
+        "current": assignment_current(labeler=labeler),
+    }
+    return render(request, "labeling/home.html", context)
+
+
+@require_GET
+def guide(request: HttpRequest) -> HttpResponse:
+    return render(request, "labeling/guide.html")
+
+
+@login_required
+@require_POST
+def next_task(request: LabelerRequest) -> HttpResponse:
+    labeler = labeler_of(request)
+    try:
+        assignment = assignment_next(labeler=labeler)
+    except LabelerMayNotWork:
+        if labeler.status == LabelerStatus.FAILED_SCREENING:
+            return redirect("screening-result")
+        return refused(
+            request, f"Your account is {labeler.get_status_display()}: no tasks are handed out to it.", status=403
+        )
+    if assignment is None:
+        messages.info(request, "No tasks are waiting for you right now. Please check back later.")
+        return redirect("home")
+    return redirect("task", pk=assignment.pk)
+
+
+@login_required
+@require_GET
+def task(request: LabelerRequest, pk: int) -> HttpResponse:
+    return task_response(request, own_assignment(request, pk))
+
+
+@login_required
+@require_POST
+def rate(request: LabelerRequest, pk: int, step: int, completion: int) -> HttpResponse:
+    form = RateForm(request.POST)
+    if not form.is_valid():
+        # Someone else's assignment answers 404 whatever the body says.
+        own_assignment(request, pk)
+        return refused(request, "That rating could not be read; reload the page.", status=400)
+    try:
+        # Ownership is checked in the service's locking read: one query, not two.
+        outcome = step_rate(
+            assignment_id=pk,
+            user_id=request.user.pk,
+            step_index=step,
+            completion_index=completion,
+            rating=form.cleaned_data["rating"],
+            flagged=form.cleaned_data["flagged"],
+            version=form.cleaned_data["version"],
+        )
+    except AssignmentNotFound as exc:
+        raise Http404("No such assignment.") from exc
+    except (AssignmentClosed, RatingRejected) as exc:
+        return refused(request, str(exc))
+    assignment = outcome.assignment
+    if not is_htmx(request):
+        return redirect(reverse("task", args=[assignment.pk]) + f"#step-{step}")
+    if outcome.ratings is None:
+        # Steps were dropped or alternatives appeared: the whole panel, afresh.
+        return task_response(request, outcome.assignment)
+    # The usual click: answer with the rated row, the step it revealed (if
+    # any), the finish box and the cursor, swapped out of band; re-rendering
+    # the whole panel on every click is what made a rating expensive.
+    screen = task_screen_from(assignment=outcome.assignment, ratings=outcome.ratings)
+    shown_before = min(outcome.stop_before, screen.step_count - 1)
+    context = {
+        "screen": screen,
+        "rated": screen.completion(step, completion),
+        "revealed": screen.rows[shown_before + 1 :],
+    }
+    response = render(request, "labeling/task.html#rated", context)
+    response["HX-Reswap"] = "none"
+    response[VERSION_HEADER] = f"{assignment.pk}:{screen.version}"
+    return response
+
+
+@login_required
+@require_POST
+def submit(request: LabelerRequest, pk: int) -> HttpResponse:
+    try:
+        # Ownership is checked in the service's locking read, as for a rating.
+        assignment_submit(assignment_id=pk, user_id=request.user.pk)
+    except AssignmentNotFound as exc:
+        raise Http404("No such assignment.") from exc
+    except (AssignmentClosed, NotFinished) as exc:
+        return refused(request, str(exc))
+    return next_after_finish(request)
+
+
+@login_required
+@require_POST
+def give_up(request: LabelerRequest, pk: int) -> HttpResponse:
+    return _abandon(request, pk, FinishReason.GIVE_UP)
+
+
+@login_required
+@require_POST
+def bad_problem(request: LabelerRequest, pk: int) -> HttpResponse:
+    return _abandon(request, pk, FinishReason.BAD_PROBLEM)
+
+
+def _abandon(request: LabelerRequest, pk: int, reason: FinishReason) -> HttpResponse:
+    assignment = own_assignment(request, pk)
+    form = ReasonForm(request.POST)
+    if not form.is_valid():
+        # 422 is swapped in by htmx (see base.html's htmx-config), so the form
+        # comes back with its error and the reason typed so far.
+        return task_response(request, assignment, status=422, reason_form=form, reason_kind=reason.value)
+    try:
+        assignment_abandon(assignment=assignment, finish_reason=reason, reason_text=form.cleaned_data["reason"])
+    except (AssignmentClosed, RatingRejected) as exc:
+        return refused(request, str(exc))
+    return next_after_finish(request)
+
+
+# --- Screening (labeling.quality.control) ------------------------------------
+
+
+@login_required
+@require_GET
+def screening_result(request: LabelerRequest) -> HttpResponse:
+    """The labeler's own screening: progress, then the overall result (never per-item answers)."""
+    labeler = labeler_of(request)
+    return render(
+        request, "labeling/screening.html", {"labeler": labeler, "result": labeler_screening_result(labeler=labeler)}
+    )

@@ -1,0 +1,220 @@
+"""The raw SQL of the two hot paths, a rating click and a hand-out: the only raw SQL of labeling's services.
+
+Each statement here ran through the ORM first; building and compiling the
+query cost more than PostgreSQL needed to run it (docs/benchmarks.md). Each is
+named, takes its values as parameters, and says which rule it enforces and
+which index it rides; the services around them (labeling.work.assignment,
+rating and queue) hold the logic. Every statement runs on SQLite and
+PostgreSQL (the suite runs on both); where SQLite lacks row locks it
+serialises writers with its IMMEDIATE transactions instead.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from django.db import connection, models
+from django.utils import timezone
+
+from labeling.models import Assignment, AssignmentStatus, Solution, Task, TaskKind, TaskStatus
+
+# --- A rating click ------------------------------------------------------------
+
+# Lock order is task, then assignment, everywhere (labeling.work.queue's
+# hand-over too), so a write and a hand-over of the same task wait for each
+# other instead of deadlocking. Primary keys.
+TASK_LOCK = """
+    SELECT t.id FROM labeling_task t JOIN labeling_assignment a ON a.task_id = t.id
+    WHERE a.id = %s{owner} FOR UPDATE OF t
+"""
+
+# Everything a write reads about its assignment, in one statement that also
+# checks the owner (the labeler's user id, when given) and locks the row:
+# every write to one assignment is serialised by this lock. Primary keys (and
+# the labeler's unique user id).
+ASSIGNMENT_LOCK = """
+    SELECT a.id, a.task_id, a.labeler_id, a.status, a.started_at, a.last_activity_at, a.lease_expires_at,
+           a.total_time_ms, a.ratings_reset_version, t.solution_id AS t_solution_id,
+           t.generation_id AS t_generation_id, t.kind AS t_kind, t.status AS t_status,
+           t.labelers_needed AS t_labelers_needed, s.problem_id AS s_problem_id, s.steps AS s_steps
+    FROM labeling_assignment a
+    JOIN labeling_task t ON t.id = a.task_id
+    JOIN labeling_solution s ON s.id = t.solution_id
+    WHERE a.id = %s{owner}{lock}
+"""
+
+OWNER = " AND a.labeler_id = (SELECT id FROM labeling_labeler WHERE user_id = %s)"
+
+# The stored ratings of an assignment in page order. labeled_step_unique_index
+# (assignment, index), then step_rating_one_per_completion (step, completion).
+RATINGS_OF_ASSIGNMENT = """
+    SELECT r.step_id, s."index", s.chosen_completion, r.completion_index, r.rating, r.version, r.flagged, r.text
+    FROM labeling_steprating r JOIN labeling_labeledstep s ON s.id = r.step_id
+    WHERE s.assignment_id = %s ORDER BY s."index", r.completion_index
+"""
+
+# "Create or overwrite, but only with a newer version", in one statement: the
+# rule holds in the statement itself, not only under the row lock. The
+# conflict target is step_rating_one_per_completion.
+RATING_UPSERT = """
+    INSERT INTO labeling_steprating (step_id, completion_index, text, rating, flagged, version, updated_at)
+    VALUES (%s, %s, %s, %s, %s, %s, %s)
+    ON CONFLICT (step_id, completion_index) DO UPDATE SET rating = EXCLUDED.rating, flagged = EXCLUDED.flagged,
+        version = EXCLUDED.version, updated_at = EXCLUDED.updated_at
+    WHERE labeling_steprating.version < EXCLUDED.version
+"""
+
+# Time on task, the renewed lease and the reset version after a click, under
+# the assignment lock. Primary key.
+ASSIGNMENT_TOUCH = """
+    UPDATE labeling_assignment SET total_time_ms = %s, last_activity_at = %s, lease_expires_at = %s,
+        ratings_reset_version = %s
+    WHERE id = %s
+"""
+
+
+@dataclass(frozen=True)
+class RatingRow:
+    """One stored phase-2 rating with its step, as the rating service reads them."""
+
+    step_id: int
+    index: int
+    chosen: int | None
+    completion: int
+    rating: int | None
+    version: int
+    flagged: bool | None = None
+    text: str = ""
+
+
+_M = TypeVar("_M", bound=models.Model)
+
+
+def _partial(model: type[_M], values: dict[str, Any]) -> _M:
+    # A model instance from some of its columns (the others deferred), as the
+    # ORM builds one from a query, so that save(update_fields=...) works on it.
+    names = [f.attname for f in model._meta.concrete_fields if f.attname in values]
+    return model.from_db(connection.alias, names, [values[n] for n in names])
+
+
+def assignment_locked(*, assignment_id: int, user_id: int | None, task_lock: bool) -> Assignment | None:
+    """The assignment row, locked, with its task and the solution's steps; None if not found (or not the owner's).
+
+    ``task_lock``: lock the task row first (TASK_LOCK). One query, two with the task lock.
+    """
+    params: list[Any] = [assignment_id]
+    owner = ""
+    if user_id is not None:
+        owner = OWNER
+        params.append(user_id)
+    lock = " FOR UPDATE OF a" if connection.features.has_select_for_update_of else ""
+    with connection.cursor() as cursor:
+        if task_lock and connection.features.has_select_for_update:
+            cursor.execute(TASK_LOCK.format(owner=owner), params)
+        cursor.execute(ASSIGNMENT_LOCK.format(owner=owner, lock=lock), params)
+        row = cursor.fetchone()
+        if row is None:
+            return None
+        values = dict(zip([c[0] for c in cursor.description], row, strict=True))
+    assignment = _partial(Assignment, {k: v for k, v in values.items() if not k.startswith(("t_", "s_"))})
+    for name in ("started_at", "last_activity_at", "lease_expires_at"):
+        # SQLite hands back naive UTC datetimes to a raw query.
+        value = getattr(assignment, name)
+        if isinstance(value, str):
+            value = datetime.fromisoformat(value)
+        if value is not None and timezone.is_naive(value):
+            value = timezone.make_aware(value, UTC)
+        setattr(assignment, name, value)
+    steps = values["s_steps"]
+    solution = _partial(
+        Solution,
+        {
+            "id": values["t_solution_id"],
+            "problem_id": values["s_problem_id"],
+            "steps": json.loads(steps) if isinstance(steps, str) else steps,
+        },
+    )
+    task = _partial(
+        Task,
+        {
+            "id": assignment.task_id,
+            "generation_id": values["t_generation_id"],
+            "solution_id": solution.pk,
+            "kind": values["t_kind"],
+            "labelers_needed": values["t_labelers_needed"],
+            "status": values["t_status"],
+        },
+    )
+    task.solution = solution
+    assignment.task = task
+    return assignment
+
+
+def rating_rows(assignment: Assignment) -> list[RatingRow]:
+    with connection.cursor() as cursor:
+        cursor.execute(RATINGS_OF_ASSIGNMENT, [assignment.pk])
+        return [
+            RatingRow(step_id=s, index=i, chosen=ch, completion=c, rating=r, version=v,
+                      flagged=None if f is None else bool(f), text=t)
+            for s, i, ch, c, r, v, f, t in cursor.fetchall()
+        ]  # fmt: skip
+
+
+def rating_upsert(
+    *, step_id: int, completion_index: int, text: str, rating: int | None, flagged: bool | None, version: int,
+    now: datetime,
+) -> None:  # fmt: skip
+    with connection.cursor() as cursor:
+        cursor.execute(
+            RATING_UPSERT,
+            [step_id, completion_index, text, rating, flagged, version, connection.ops.adapt_datetimefield_value(now)],
+        )
+
+
+def assignment_touch(assignment: Assignment) -> None:
+    adapt = connection.ops.adapt_datetimefield_value
+    with connection.cursor() as cursor:
+        cursor.execute(
+            ASSIGNMENT_TOUCH,
+            [assignment.total_time_ms, adapt(assignment.last_activity_at), adapt(assignment.lease_expires_at),
+             assignment.ratings_reset_version, assignment.pk],
+        )  # fmt: skip
+
+
+# --- A hand-out ------------------------------------------------------------------
+
+# The best open normal task of a generation that has a free place and that the
+# labeler has not had. Served by task_queue_idx (generation, status, -priority,
+# id): an ordered index scan that stops at the first row passing the filters.
+# Live places count submitted work and unexpired leases (labelers_needed).
+TASK_CANDIDATE = """
+    SELECT t.id, t.priority, t.labelers_needed FROM labeling_task t
+    WHERE t.generation_id = %s AND t.status = %s AND t.kind = %s{tried}
+      AND (SELECT COUNT(*) FROM labeling_assignment a WHERE a.task_id = t.id
+           AND (a.status = %s OR (a.status = %s AND a.lease_expires_at > %s))) < t.labelers_needed
+      AND NOT EXISTS (SELECT 1 FROM labeling_assignment m WHERE m.task_id = t.id AND m.labeler_id = %s)
+    ORDER BY t.priority DESC, t.id
+    LIMIT 1{lock}
+"""
+
+
+def task_candidate(
+    *, generation_id: int, labeler_id: int, now: datetime, tried: list[int], skip_locked: bool
+) -> tuple[int, float, int] | None:
+    """(task id, priority, labelers_needed) of the best candidate, its row locked; ``tried`` ids left out."""
+    lock = ""
+    if connection.features.has_select_for_update:
+        lock = " FOR UPDATE OF t SKIP LOCKED" if skip_locked else " FOR UPDATE OF t"
+    excluded = f" AND t.id NOT IN ({', '.join(['%s'] * len(tried))})" if tried else ""
+    at = connection.ops.adapt_datetimefield_value(now)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            TASK_CANDIDATE.format(tried=excluded, lock=lock),
+            [generation_id, TaskStatus.OPEN, TaskKind.NORMAL, *tried, AssignmentStatus.SUBMITTED,
+             AssignmentStatus.IN_PROGRESS, at, labeler_id],
+        )  # fmt: skip
+        row = cursor.fetchone()
+    return (int(row[0]), float(row[1]), int(row[2])) if row else None

@@ -1,0 +1,276 @@
+"""Phase 2: rating the steps of a pre-generated solution, and submitting it. Every click is one call here.
+
+Each rating request carries the full state of one completion (rating and flag)
+and a ``version``: a counter the page increases with every click. A request is
+applied only when its version is newer than the stored one, so a repeated
+request changes nothing and a delayed one cannot overwrite a newer click.
+
+The stored trajectory is kept consistent after every write (labeling.work.progress):
+steps after the first -1 (or after an unrated step) are deleted in the same
+transaction, the alternatives of the error step get a row each (rating null
+until rated), and chosen_completion is 0 on steps the solution continued past
+and null on the step where labeling stops.
+
+The lock, time on task and the finish itself are the assignment's
+(labeling.work.assignment), shared with phase 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from labeling.models import (
+    Assignment,
+    FinishReason,
+    LabeledStep,
+    StepAlternative,
+    StepRating,
+)
+from labeling.work.alternatives import Attach, alternatives_attach_locked
+from labeling.work.assignment import (
+    LeaseNearExpiry,
+    NotFinished,
+    RatingRejected,
+    assignment_finish,
+    assignment_lock_row,
+    assignment_time_add,
+    is_phase_one,
+    rating_request_check,
+)
+from labeling.work.candidates import candidates_prefetch
+from labeling.work.hotpath import RatingRow, assignment_touch, rating_rows, rating_upsert
+from labeling.work.progress import Progress, chosen_completions, progress_compute
+from labeling.work.queue import lease_expiry
+
+
+@dataclass(frozen=True)
+class Rated:
+    """What one rating request did, for the response: the page updates only what changed.
+
+    ``ratings`` is the stored state of the assignment after the request, as
+    (step index, completion index, text, rating, flagged, version) tuples in
+    page order; it is None when ``reshaped`` (steps were dropped or
+    alternatives added or removed), and the page is then rendered afresh.
+    """
+
+    applied: bool
+    reshaped: bool
+    assignment: Assignment
+    ratings: list[tuple[int, int, str, int | None, bool | None, int]] | None
+    # Where labeling stood before the request: the rows past it are new to the page.
+    stop_before: int
+
+
+def _progress(step_count: int, rows: list[RatingRow]) -> Progress:
+    own = {r.index: r.rating for r in rows if r.completion == 0}
+    first = progress_compute(step_count=step_count, own_ratings=own, alternative_ratings={})
+    alternatives = {r.completion: r.rating for r in rows if r.completion > 0 and r.index == first.stop_index}
+    return progress_compute(step_count=step_count, own_ratings=own, alternative_ratings=alternatives)
+
+
+def step_rate(
+    *,
+    assignment_id: int,
+    user_id: int | None,
+    step_index: int,
+    completion_index: int,
+    rating: int | None,
+    flagged: bool,
+    version: int,
+    now: datetime | None = None,
+) -> Rated:
+    """Store one completion's rating and flag; says what changed, so that the caller can answer with just that.
+
+    ``user_id``: the signed-in labeler, whose assignment it must be
+    (AssignmentNotFound otherwise), checked in the locking read; None for a
+    service or test acting on an assignment it already holds. ``applied`` is
+    False when the request was stale or a repeat (nothing changed).
+
+    Queries, the common case (a step rated in place or the next step rated):
+    one locking read of the assignment (ownership, status, lease, steps), one
+    read of its ratings, one upsert (plus the new LabeledStep and the
+    previous step's chosen_completion when a step is added) and one UPDATE of
+    the assignment's time and lease.
+    """
+    rating_request_check(rating=rating, version=version)
+    now = now or timezone.now()
+
+    def rate(*, task_lock: bool) -> Rated:
+        with transaction.atomic():
+            locked = assignment_lock_row(assignment_id=assignment_id, user_id=user_id, now=now, task_lock=task_lock)
+            return _rate(locked, step_index, completion_index, rating, flagged, version, now=now)
+
+    try:
+        return rate(task_lock=False)
+    except LeaseNearExpiry:
+        # Nothing was written; again, with the task row locked first.
+        return rate(task_lock=True)
+
+
+def _rate(
+    locked: Assignment,
+    step_index: int,
+    completion_index: int,
+    rating: int | None,
+    flagged: bool,
+    version: int,
+    *,
+    now: datetime,
+) -> Rated:
+    solution = locked.task.solution
+    steps: list[str] = solution.steps or []
+    rows = rating_rows(locked)
+    progress = _progress(len(steps), rows)
+    existing = next((r for r in rows if r.index == step_index and r.completion == completion_index), None)
+
+    if completion_index == 0:
+        if not progress.can_rate_step(step_index):
+            raise RatingRejected("Rate the earlier steps first: this step is not reached yet.")
+        text = steps[step_index]
+    else:
+        if not (progress.stopped_at_error and step_index == progress.stop_index and existing is not None):
+            raise RatingRejected("Alternatives are rated only at the step rated -1.")
+        text = existing.text
+
+    if (existing is not None and existing.version >= version) or (
+        existing is None and version <= locked.ratings_reset_version  # a click on a rating a newer click deleted
+    ):
+        return Rated(
+            applied=False,
+            reshaped=False,
+            assignment=locked,
+            ratings=_page_order(rows),
+            stop_before=progress.stop_index,
+        )
+
+    # The release stores an unflagged original step as null and an
+    # unflagged alternative as false; we write the same.
+    stored_flag: bool | None = True if flagged else (None if completion_index == 0 else False)
+    step_id = next((r.step_id for r in rows if r.index == step_index), None)
+    added_step = step_id is None
+    if step_id is None:
+        # No get_or_create needed: the assignment row lock serialises
+        # writers. Created as the last labeled step: chosen_completion null.
+        step_id = LabeledStep.objects.create(assignment=locked, index=step_index).pk
+    rating_upsert(
+        step_id=step_id,
+        completion_index=completion_index,
+        text=text,
+        rating=rating,
+        flagged=stored_flag,
+        version=version,
+        now=now,
+    )
+    after = [r for r in rows if not (r.index == step_index and r.completion == completion_index)]
+    after.append(
+        RatingRow(step_id, step_index, None if added_step else (existing.chosen if existing else None),
+             completion_index, rating, version, stored_flag, text)
+    )  # fmt: skip
+
+    reshaped = False
+    if completion_index == 0:
+        reshaped = _keep_trajectory_consistent(locked, steps=steps, rows=after, version=version)
+
+    assignment_time_add(locked, now=now)
+    locked.lease_expires_at = lease_expiry(now=now)
+    assignment_touch(locked)
+    return Rated(
+        applied=True,
+        reshaped=reshaped,
+        assignment=locked,
+        ratings=None if reshaped else _page_order(after),
+        stop_before=progress.stop_index,
+    )
+
+
+def _page_order(rows: list[RatingRow]) -> list[tuple[int, int, str, int | None, bool | None, int]]:
+    return [(r.index, r.completion, r.text, r.rating, r.flagged, r.version) for r in sorted(
+        rows, key=lambda r: (r.index, r.completion))]  # fmt: skip
+
+
+def _keep_trajectory_consistent(
+    assignment: Assignment, *, steps: list[str], rows: list[RatingRow], version: int
+) -> bool:
+    """Drop what the new own rating cut off, add the error step's alternatives, fix chosen_completion.
+
+    ``rows`` is the stored state after the write. True when rows were
+    deleted or alternatives created (the page must be rendered afresh).
+    """
+    own = {r.index: r.rating for r in rows if r.completion == 0}
+    progress = progress_compute(step_count=len(steps), own_ratings=own, alternative_ratings={})
+    stop = progress.stop_index
+    deleted = 0
+    if any(r.index > stop for r in rows):
+        deleted = LabeledStep.objects.filter(assignment=assignment, index__gt=stop).delete()[0]
+    stale_alternatives = [r for r in rows if r.completion > 0 and not (progress.stopped_at_error and r.index == stop)]
+    if stale_alternatives:
+        StepRating.objects.filter(step__assignment=assignment, completion_index__gt=0).exclude(
+            step__index=stop if progress.stopped_at_error else -1
+        ).delete()
+    stops_at_a_stored_step = stop in own  # rated -1, or a flag without a rating
+    if deleted or stale_alternatives or stops_at_a_stored_step:
+        # This click ended the trajectory here (or dropped ratings): an older
+        # click on a later step, arriving late, must not re-create its row.
+        assignment.ratings_reset_version = max(assignment.ratings_reset_version, version)
+
+    created = False
+    if progress.stopped_at_error and not any(r.completion > 0 and r.index == stop for r in rows):
+        alternatives = list(
+            StepAlternative.objects.filter(solution_id=assignment.task.solution_id, step_index=stop).order_by("ordinal")
+        )
+        if alternatives:
+            step_id = next(r.step_id for r in rows if r.index == stop)
+            StepRating.objects.bulk_create(
+                StepRating(step_id=step_id, completion_index=a.ordinal, text=a.text, rating=None, flagged=False)
+                for a in alternatives
+            )
+            created = True
+        else:
+            # None stored: ask the step generator for some. The claim is written
+            # in this transaction and the worker queued after commit; they are
+            # attached once ready (labeling.work.alternatives).
+            candidates_prefetch(assignment_id=assignment.pk, step_index=stop)
+
+    # chosen_completion from what the rows say is stored (no re-read).
+    stored = {r.index: r.chosen for r in rows if r.completion == 0 and r.index <= stop}
+    wanted = chosen_completions(labeled_indexes=sorted(stored))
+    for value in (0, None):
+        changed = [i for i, c in wanted.items() if c == value and stored[i] != value]
+        if changed:
+            LabeledStep.objects.filter(assignment=assignment, index__in=changed).update(chosen_completion=value)
+    return bool(deleted or stale_alternatives or created)
+
+
+def assignment_submit(*, assignment_id: int, user_id: int | None, now: datetime | None = None) -> FinishReason:
+    """Finish with the reason the ratings call for (found_error or solution).
+
+    ``user_id`` as for step_rate: the owner is checked in the locking read.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        locked = assignment_lock_row(assignment_id=assignment_id, user_id=user_id, now=now, task_lock=True)
+        if is_phase_one(locked):
+            # Phase 1 ends when the solution reaches a final answer (labeling.work.phase_one).
+            raise NotFinished("Continue until the solution reaches its final answer, or give up.")
+        steps = locked.task.solution.steps or []
+        rows = rating_rows(locked)
+        # Alternatives generated for the error step are attached here and
+        # committed, then the labeler rates them before finishing.
+        attach = alternatives_attach_locked(locked, steps, rows)
+        progress = _progress(len(steps), rows)
+        reason = progress.ready_reason if attach == Attach.NOTHING else None
+        if reason is not None:
+            assignment_finish(locked, reason=reason, text="", now=now, rows=rows)
+    if attach == Attach.PENDING:
+        raise NotFinished("Other candidates for this step are still being generated; submit again in a moment.")
+    if reason is None:
+        raise NotFinished(
+            "Rate every alternative of the step you marked -1 first."
+            if progress.stopped_at_error
+            else "Rate every step first, or stop at the first step you rate -1."
+        )
+    return reason

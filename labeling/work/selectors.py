@@ -1,0 +1,218 @@
+"""Reads about labelers and their work: what a labeler is credited with (home page and admin alike), the task screen."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, time
+from typing import Any
+
+from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from labeling.models import Assignment, AssignmentStatus, FinishReason, Labeler, Problem, StepRating
+from labeling.work.progress import Progress, progress_compute
+
+# Work a labeler is credited with, on their home page and in the admin alike:
+# what they submitted and what they still hold. Ratings on an expired lease do
+# not count (the task went to someone else).
+CREDITED_STATUSES = (AssignmentStatus.SUBMITTED, AssignmentStatus.IN_PROGRESS)
+
+
+def step_labels() -> QuerySet[StepRating]:
+    """Step labels: rated completions (the step itself or an alternative, as PRM800K counts them) of credited work."""
+    return StepRating.objects.filter(step__assignment__status__in=CREDITED_STATUSES, rating__isnull=False)
+
+
+@dataclass(frozen=True)
+class LabelerStats:
+    solutions_today: int
+    solutions_total: int
+    steps_today: int
+    steps_total: int
+
+
+def labeler_stats(*, labeler: Labeler, now: datetime | None = None) -> LabelerStats:
+    now = now or timezone.now()
+    today = timezone.make_aware(datetime.combine(timezone.localdate(now), time.min))
+    solutions = Assignment.objects.filter(labeler=labeler, status=AssignmentStatus.SUBMITTED).aggregate(
+        total=Count("pk"), today=Count("pk", filter=Q(submitted_at__gte=today))
+    )
+    steps = (
+        step_labels()
+        .filter(step__assignment__labeler=labeler)
+        .aggregate(total=Count("pk"), today=Count("pk", filter=Q(updated_at__gte=today)))
+    )
+    return LabelerStats(
+        solutions_today=solutions["today"],
+        solutions_total=solutions["total"],
+        steps_today=steps["today"],
+        steps_total=steps["total"],
+    )
+
+
+def labelers_with_counts(queryset: QuerySet[Labeler]) -> QuerySet[Labeler]:
+    """Labelers with ``n_solutions``, ``n_give_up``, ``n_steps``, ``n_flagged`` and ``time_ms`` of their work.
+
+    Correlated subqueries, so a page of labelers is one query with no join
+    fan-out. Solutions are submitted ones; steps and time are of credited work.
+    """
+
+    def per_labeler(qs: QuerySet[Any], labeler_field: str, aggregate: Count | Sum) -> Coalesce:
+        value = qs.order_by().values(labeler_field).annotate(v=aggregate).values("v")
+        return Coalesce(Subquery(value[:1]), 0, output_field=IntegerField())
+
+    submitted = Assignment.objects.filter(labeler=OuterRef("pk"), status=AssignmentStatus.SUBMITTED)
+    credited = Assignment.objects.filter(labeler=OuterRef("pk"), status__in=CREDITED_STATUSES)
+    labels = step_labels().filter(step__assignment__labeler=OuterRef("pk"))
+    return queryset.annotate(
+        n_solutions=per_labeler(submitted, "labeler_id", Count("pk")),
+        n_give_up=per_labeler(submitted.filter(finish_reason=FinishReason.GIVE_UP), "labeler_id", Count("pk")),
+        n_steps=per_labeler(labels, "step__assignment__labeler_id", Count("pk")),
+        n_flagged=per_labeler(labels.filter(flagged=True), "step__assignment__labeler_id", Count("pk")),
+        time_ms=per_labeler(credited, "labeler_id", Sum("total_time_ms")),
+    )
+
+
+def labeler_seconds_per_step(*, labeler: Labeler) -> list[float]:
+    """Seconds per step label of each credited assignment with any (for a median: one long task is not typical)."""
+    per_assignment = (
+        Assignment.objects.filter(labeler=labeler, status__in=CREDITED_STATUSES, total_time_ms__isnull=False)
+        .annotate(n=Count("labeled_steps__ratings", filter=Q(labeled_steps__ratings__rating__isnull=False)))
+        .filter(n__gt=0)
+        .values_list("total_time_ms", "n")
+    )
+    return [(ms or 0) / 1000 / n for ms, n in per_assignment]
+
+
+def assignment_current(*, labeler: Labeler) -> Assignment | None:
+    return Assignment.objects.filter(labeler=labeler, status=AssignmentStatus.IN_PROGRESS).first()
+
+
+@dataclass(frozen=True)
+class CompletionRow:
+    step_index: int
+    completion_index: int
+    text: str
+    rating: int | None
+    flagged: bool
+    is_current: bool
+
+
+@dataclass(frozen=True)
+class StepRow:
+    own: CompletionRow
+    alternatives: list[CompletionRow] = field(default_factory=list)
+    is_error: bool = False
+
+    @property
+    def index(self) -> int:
+        return self.own.step_index
+
+    @property
+    def number(self) -> int:
+        return self.own.step_index + 1
+
+
+@dataclass(frozen=True)
+class TaskScreen:
+    assignment: Assignment
+    rows: list[StepRow]
+    progress: Progress
+    # Highest rating version stored for this assignment: the page numbers its
+    # next click above it, and drops an htmx response older than one it has.
+    version: int
+    step_count: int
+
+    @property
+    def problem(self) -> Problem:
+        # Read only by the full panel; a partial htmx answer never loads it.
+        return self.assignment.task.solution.problem
+
+    @property
+    def completion_count(self) -> int:
+        return sum(1 + len(row.alternatives) for row in self.rows)
+
+    def completion(self, step_index: int, completion_index: int) -> CompletionRow | None:
+        if not 0 <= step_index < len(self.rows):
+            return None
+        row = self.rows[step_index]
+        return next((c for c in [row.own, *row.alternatives] if c.completion_index == completion_index), None)
+
+    @property
+    def ready_reason(self) -> FinishReason | None:
+        return self.progress.ready_reason
+
+    @property
+    def answer_tex(self) -> str:
+        return "\\boxed{" + (self.problem.answer or "") + "}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.assignment.status == AssignmentStatus.IN_PROGRESS
+
+    @property
+    def current_key(self) -> str:
+        """DOM id of the completion the keyboard acts on first, or of the submit button."""
+        for row in self.rows:
+            for completion in [row.own, *row.alternatives]:
+                if completion.is_current:
+                    return f"c-{completion.step_index}-{completion.completion_index}"
+        return "finish"
+
+
+Ratings = list[tuple[int, int, str, int | None, bool | None, int]]
+
+
+def task_screen(*, assignment: Assignment) -> TaskScreen:
+    ratings = list(
+        StepRating.objects.filter(step__assignment=assignment)
+        .order_by("step__index", "completion_index")
+        .values_list("step__index", "completion_index", "text", "rating", "flagged", "version")
+    )
+    return task_screen_from(assignment=assignment, ratings=ratings)
+
+
+def task_screen_from(*, assignment: Assignment, ratings: Ratings) -> TaskScreen:
+    """The screen from ratings already in hand (the rating service returns them): no query."""
+    solution = assignment.task.solution
+    steps: list[str] = solution.steps or []
+    own = {i: r for i, c, _t, r, _f, _v in ratings if c == 0}
+    first = progress_compute(step_count=len(steps), own_ratings=own, alternative_ratings={})
+    alternatives = {c: r for i, c, _t, r, _f, _v in ratings if c > 0 and i == first.stop_index}
+    progress = progress_compute(step_count=len(steps), own_ratings=own, alternative_ratings=alternatives)
+    version = max([assignment.ratings_reset_version, *(v for *_rest, v in ratings)])
+
+    open_ = assignment.status == AssignmentStatus.IN_PROGRESS
+    by_index: dict[int, list[CompletionRow]] = {}
+    first_pending_alt = progress.alternatives_pending[0] if progress.alternatives_pending else None
+    for i, c, text, rating, flagged, _v in ratings:
+        current = open_ and c > 0 and c == first_pending_alt and i == progress.stop_index
+        by_index.setdefault(i, []).append(CompletionRow(i, c, text, rating, bool(flagged), current))
+
+    rows: list[StepRow] = []
+    # Revealed steps: every labeled one, plus the next unrated step while labeling.
+    last_shown = min(progress.stop_index, len(steps) - 1)
+    if not open_:
+        last_shown = max(by_index, default=-1)
+    for i in range(last_shown + 1):
+        completions = by_index.get(i, [])
+        own_row = next((c for c in completions if c.completion_index == 0), None)
+        if own_row is None:
+            own_row = CompletionRow(i, 0, steps[i], None, False, False)
+        if open_ and i == progress.stop_index and not progress.stopped_at_error and own_row.rating is None:
+            own_row = CompletionRow(i, 0, own_row.text, own_row.rating, own_row.flagged, True)
+        rows.append(
+            StepRow(
+                own=own_row,
+                alternatives=[c for c in completions if c.completion_index > 0],
+                is_error=progress.stopped_at_error and i == progress.stop_index,
+            )
+        )
+    return TaskScreen(
+        assignment=assignment,
+        rows=rows,
+        progress=progress,
+        version=version,
+        step_count=len(steps),
+    )

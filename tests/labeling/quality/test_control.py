@@ -1,0 +1,206 @@
+"""Continuous QC: serving rate, once per labeler, rolling quality, suspension, IAA, export flags."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from labeling.data.exports import iter_prm800k_records
+from labeling.labelers import labeler_set_status
+from labeling.models import Assignment, AssignmentStatus, LabelerStatus, Task, TaskKind
+from labeling.quality.control import (
+    generation_gold_agreement,
+    generation_inter_annotator_agreement,
+    generation_inter_annotator_agreement_by_pair,
+    labeler_gold_agreement,
+    labeler_rolling_quality,
+    overlap_labelers_needed,
+)
+from labeling.work.queue import LabelerMayNotWork, assignment_next
+from tests.labeling.gold_factories import AGREE, DISAGREE, label, make_qc_pool, make_screening_set, next_for
+from tests.labeling.workflow_factories import make_generation, make_labeler, make_task
+
+pytestmark = pytest.mark.django_db
+
+
+def _finish(a: Assignment) -> None:
+    Assignment.objects.filter(pk=a.pk).update(
+        status=AssignmentStatus.SUBMITTED, finish_reason="give_up", submitted_at=timezone.now()
+    )
+
+
+def test_it_serves_qc_items_at_the_configured_rate(settings):
+    settings.QC_RATE = 0.25
+    settings.QC_ITEMS_MAX = 100
+    settings.QC_MIN_ITEMS = 1000  # given-up items disagree; no suspension here
+    g = make_generation()
+    make_qc_pool(generation=g, size=100)
+    for i in range(200):
+        make_task(generation=g, priority=i)
+    labeler = make_labeler()
+    rng = random.Random(20240601)
+    kinds = []
+    for _ in range(200):
+        a = next_for(labeler=labeler, rng=rng)
+        kinds.append(a.task.kind)
+        _finish(a)
+    qc = kinds.count(TaskKind.QUALITY_CONTROL)
+    # Binomial(200, 0.25): mean 50, sd 6.1; four sd either side.
+    assert 26 <= qc <= 74, qc
+    # Random positions, not a block at the start or end.
+    first_half = kinds[:100].count(TaskKind.QUALITY_CONTROL)
+    assert 0 < first_half < qc
+
+
+def test_it_serves_each_qc_item_at_most_once_per_labeler_and_to_every_labeler(settings):
+    settings.QC_RATE = 1.0
+    g = make_generation()
+    pool = make_qc_pool(generation=g, size=3)
+    for _ in range(6):
+        make_task(generation=g)
+    rng = random.Random(7)
+    for labeler in (make_labeler(), make_labeler()):
+        served = []
+        for _ in range(5):
+            a = next_for(labeler=labeler, rng=rng)
+            served.append(a.task_id)
+            label(a, AGREE)
+        qc = [t for t in served if t in {p.pk for p in pool}]
+        assert sorted(qc) == sorted(p.pk for p in pool)  # all three, once each
+        assert len(set(served)) == len(served)
+
+
+def test_it_serves_no_qc_item_when_there_is_no_normal_work(settings):
+    settings.QC_RATE = 1.0
+    make_qc_pool(generation=make_generation(), size=2)
+    assert assignment_next(labeler=make_labeler(), rng=random.Random(1)) is None
+
+
+def test_it_never_serves_qc_items_to_unscreened_labelers(settings):
+    settings.QC_RATE = 1.0
+    g = make_generation()
+    make_qc_pool(generation=g, size=2)
+    make_task(generation=g)
+    make_screening_set(size=1)
+    a = next_for(labeler=make_labeler(status=LabelerStatus.SCREENING), rng=random.Random(1))
+    assert a.task.kind == TaskKind.SCREENING
+
+
+def test_it_suspends_on_low_rolling_quality_and_reinstatement_starts_a_clean_window(settings):
+    settings.QC_RATE = 1.0
+    settings.QC_WINDOW = 4
+    settings.QC_MIN_ITEMS = 3
+    settings.QC_SUSPEND_BELOW = 0.5
+    g = make_generation()
+    make_qc_pool(generation=g, size=8)
+    for _ in range(12):
+        make_task(generation=g)
+    labeler = make_labeler()
+    rng = random.Random(3)
+    for pattern in (AGREE, DISAGREE, DISAGREE):  # 1 of 3 < 50%
+        label(next_for(labeler=labeler, rng=rng), pattern)
+    assert labeler_rolling_quality(labeler=labeler).items == 3
+    with pytest.raises(LabelerMayNotWork):
+        assignment_next(labeler=labeler, rng=rng)
+    labeler.refresh_from_db()
+    assert labeler.status == LabelerStatus.SUSPENDED
+    assert "1 of the last 3" in labeler.status_reason
+    assert "gold" not in labeler.status_reason.lower()
+    with pytest.raises(LabelerMayNotWork):
+        assignment_next(labeler=labeler, rng=rng)
+
+    later = timezone.now() + timedelta(seconds=1)
+    labeler_set_status(labeler=labeler, status=LabelerStatus.ACTIVE, reason="talked it through", now=later)
+    assert labeler_rolling_quality(labeler=labeler).items == 0
+    a = next_for(labeler=labeler, rng=rng, now=later + timedelta(seconds=1))
+    assert a is not None
+    labeler.refresh_from_db()
+    assert labeler.status == LabelerStatus.ACTIVE
+
+
+def test_it_reports_agreement_per_labeler_and_per_generation(settings):
+    settings.QC_RATE = 1.0
+    g = make_generation()
+    make_qc_pool(generation=g, size=2)
+    make_task(generation=g, labelers_needed=2)
+    good, bad = make_labeler(), make_labeler()
+    rng = random.Random(11)
+    for labeler, patterns in ((good, (AGREE, AGREE)), (bad, (AGREE, DISAGREE))):
+        for pattern in patterns:
+            a = next_for(labeler=labeler, rng=rng)
+            assert a.task.kind == TaskKind.QUALITY_CONTROL
+            label(a, pattern)
+    mine = labeler_gold_agreement(labeler=good)
+    assert (mine.items, mine.agreed, mine.rate) == (2, 2, 1.0)
+    theirs = labeler_gold_agreement(labeler=bad, kind=TaskKind.QUALITY_CONTROL, generation=g)
+    assert (theirs.items, theirs.agreed) == (2, 1)
+    # Steps: AGREE rates 3 steps all acceptable; DISAGREE rates 5, step 2 (+1) is not.
+    assert (theirs.steps_agreed, theirs.steps_rated) == (3 + 4, 3 + 5)
+    whole = generation_gold_agreement(generation=g)
+    assert (whole.items, whole.agreed, whole.rate) == (4, 3, 0.75)
+
+
+def test_it_computes_inter_annotator_agreement_on_overlapped_tasks():
+    g = make_generation()
+    t1 = make_task(generation=g, labelers_needed=2, priority=2)
+    t2 = make_task(generation=g, labelers_needed=2, priority=1)
+    make_task(generation=g, priority=0)  # single-labeled: not part of IAA
+    a, b = make_labeler(), make_labeler()
+    # t1: a = [1, 1, -1], b = [1, 1, -1]; t2: a = [1, 0, 1, 1, 1], b = [1, -1]
+    plans = {
+        (a.pk, t1.pk): [1, 1, -1],
+        (b.pk, t1.pk): [1, 1, -1],
+        (a.pk, t2.pk): [1, 0, 1, 1, 1],
+        (b.pk, t2.pk): [1, -1],
+    }
+    for labeler in (a, b):
+        for _ in range(2):
+            assignment = next_for(labeler=labeler)
+            label(assignment, plans[(labeler.pk, assignment.task_id)])
+    iaa = generation_inter_annotator_agreement(generation=g)
+    assert iaa.tasks == 2
+    # Units with two ratings: t1 steps 0,1,2 and t2 steps 0,1 -> 5.
+    assert iaa.step_units == 5
+    # Pairs: t1 same first error (2 == 2), t2 differs (None vs 1).
+    assert (iaa.first_error_pairs, iaa.first_error_agreed, iaa.first_error_rate) == (2, 1, 0.5)
+    # Values: (1,1),(1,1),(-1,-1),(1,1),(0,-1). n=10: n(-1)=3, n(0)=1, n(1)=6.
+    # d(-1,0)=(3+1-2)^2=4; d(0,1)=(1+6-3.5)^2=12.25; d(-1,1)=(10-4.5)^2=30.25.
+    # Do = 2*4/10 = 0.8; De = 2*(3*1*4 + 3*6*30.25 + 1*6*12.25)/(10*9) = 1260/90 = 14.
+    assert iaa.alpha == pytest.approx(1 - 0.8 / 14)  # 0.9429
+    [pair] = generation_inter_annotator_agreement_by_pair(generation=g)
+    assert (pair.labeler_a, pair.labeler_b) == tuple(sorted((a.pk, b.pk)))
+    assert pair.agreement.alpha == pytest.approx(iaa.alpha)
+
+
+def test_it_chooses_a_stable_overlap_share():
+    keys = [f"solution-{i}" for i in range(2000)]
+    doubled = sum(overlap_labelers_needed(key=k, share_=0.1) == 2 for k in keys)
+    assert 140 <= doubled <= 260
+    assert [overlap_labelers_needed(key=k, share_=0.1) for k in keys[:50]] == [
+        overlap_labelers_needed(key=k, share_=0.1) for k in keys[:50]
+    ]
+
+
+def test_it_exports_qc_and_screening_flags_for_tasks_made_by_the_services(settings):
+    settings.QC_RATE = 1.0
+    g = make_generation()
+    make_qc_pool(generation=g, size=1)
+    make_task(generation=g)
+    [screening] = make_screening_set(size=1)
+    newcomer = make_labeler(status=LabelerStatus.SCREENING)
+    label(next_for(labeler=newcomer), AGREE)
+    veteran = make_labeler()
+    rng = random.Random(5)
+    label(next_for(labeler=veteran, rng=rng), AGREE)  # the QC item
+    label(next_for(labeler=veteran, rng=rng), AGREE)  # normal work
+    records = {(r["labeler"], r["is_quality_control_question"], r["is_initial_screening_question"], r["generation"])
+               for r in iter_prm800k_records()}  # fmt: skip
+    assert records == {
+        (str(newcomer.uuid), False, True, -1),
+        (str(veteran.uuid), True, False, g.number),
+        (str(veteran.uuid), False, False, g.number),
+    }
+    assert Task.objects.get(pk=screening.pk).generation.number == -1
