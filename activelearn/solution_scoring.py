@@ -19,7 +19,8 @@ from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
 from activelearn.models import CheckpointStatus, PRMCheckpoint, SolutionScore
-from labeling.models import Solution, Task
+from activelearn.solution_selectors import solutions_matching
+from labeling.models import Solution
 
 if TYPE_CHECKING:
     from transformers.tokenization_utils_base import PreTrainedTokenizerBase
@@ -72,16 +73,11 @@ def scoring_pool(
     unscored: bool = False,
 ) -> QuerySet[Solution]:
     """Solutions with steps, narrowed by problem split, problem id, generation (served as
-    its tasks) and, with ``unscored``, to those ``checkpoint`` has not scored yet."""
-    queryset = Solution.objects.filter(steps__isnull=False)
-    if splits:
-        queryset = queryset.filter(problem__split__in=splits)
-    if problem_ids:
-        queryset = queryset.filter(problem__unique_id__in=problem_ids)
-    if generation is not None:
-        queryset = queryset.filter(
-            Exists(Task.objects.filter(solution_id=OuterRef("pk"), generation__number=generation))
-        )
+    its tasks; ``solution_selectors.solutions_matching``) and, with ``unscored``, to those
+    ``checkpoint`` has not scored yet."""
+    queryset = solutions_matching(
+        splits=splits or (), problem_ids=problem_ids or (), generations=() if generation is None else (generation,)
+    )
     if unscored:
         queryset = queryset.exclude(
             Exists(SolutionScore.objects.filter(checkpoint=checkpoint, solution_id=OuterRef("pk")))

@@ -118,7 +118,9 @@ def champ_records(problems: dict[str, Any]) -> tuple[list[dict[str, Any]], set[t
     """PRM800K records of CHAMP's first-wrong-step annotations, and their (problem, conversation) keys."""
     import champ_dataset
 
-    from labeling.data.demo import UNIQUE_ID_PREFIX, extract_final_answer, split_steps
+    from activelearn.grading import extract_final_answer
+    from activelearn.stepgen.splitting import split_steps
+    from labeling.data.demo import UNIQUE_ID_PREFIX
 
     dataset = champ_dataset.load("v0")
     records: list[dict[str, Any]] = []
@@ -159,7 +161,7 @@ def champ_records(problems: dict[str, Any]) -> tuple[list[dict[str, Any]], set[t
                         "ground_truth_solution": row["solution"],
                         "ground_truth_answer": row["answer"],
                         "pre_generated_steps": steps,
-                        "pre_generated_answer": extract_final_answer(steps) or "",
+                        "pre_generated_answer": extract_final_answer("\n".join(steps)) or "",
                         "pre_generated_verifier_score": 0.0,
                     },
                     "label": {

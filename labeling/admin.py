@@ -15,7 +15,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
@@ -25,6 +25,8 @@ from django.utils.safestring import SafeString
 
 from labeling.labelers import labeler_set_status
 from labeling.models import (
+    GRADING_NO_ANSWER,
+    GRADING_NO_REFERENCE,
     Assignment,
     ExportJob,
     GoldStep,
@@ -68,11 +70,38 @@ class HasGoldFilter(admin.SimpleListFilter):
         return queryset
 
 
+class GradeFilter(admin.SimpleListFilter):
+    """Answer grading's outcomes; "no answer found" is not a wrong answer."""
+
+    title = "grade"
+    parameter_name = "grade"
+    _OUTCOMES = {
+        "correct": Q(is_correct=True),
+        "wrong": Q(is_correct=False),
+        "no-answer": Q(is_correct__isnull=True, grading_note=GRADING_NO_ANSWER),
+        "no-reference": Q(is_correct__isnull=True, grading_note=GRADING_NO_REFERENCE),
+        "ungraded": Q(is_correct__isnull=True, grading_note=""),
+    }
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [
+            ("correct", "correct"),
+            ("wrong", "wrong"),
+            ("no-answer", GRADING_NO_ANSWER),
+            ("no-reference", GRADING_NO_REFERENCE),
+            ("ungraded", "not graded"),
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        outcome = self._OUTCOMES.get(self.value() or "")
+        return queryset.filter(outcome) if outcome is not None else queryset
+
+
 @admin.register(Solution)
 class SolutionAdmin(FastListAdmin):
-    list_display = ["id", "problem", "source_model", "final_answer", "is_correct", "gold_link"]
+    list_display = ["id", "problem", "source_model", "final_answer", "grade", "gold_link"]
     list_select_related = ["problem"]
-    list_filter = ["is_correct", HasGoldFilter]
+    list_filter = [GradeFilter, HasGoldFilter]
     search_fields = ["=problem__unique_id", "=id"]
     raw_id_fields = ["problem"]
     ordering = ["-id"]
@@ -82,6 +111,8 @@ class SolutionAdmin(FastListAdmin):
         "steps_display",
         "final_answer",
         "source_model",
+        "generator",
+        "source_key",
         "is_correct",
         "grading_note",
         "gold_link",
@@ -95,6 +126,12 @@ class SolutionAdmin(FastListAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # solutions come from imports and the generator
+
+    @admin.display(description="grade", ordering="is_correct")
+    def grade(self, obj: Solution) -> str:
+        if obj.is_correct is not None:
+            return "correct" if obj.is_correct else "wrong"
+        return obj.grading_note or "not graded"
 
     @admin.display(description="problem")
     def problem_text(self, obj: Solution) -> SafeString:

@@ -61,6 +61,12 @@ class Problem(models.Model):
         return self.unique_id
 
 
+# Grading notes that leave Solution.is_correct null: graded, but neither right nor
+# wrong. Written by activelearn.answer_grading; the admin and dashboard count them.
+GRADING_NO_ANSWER = "no answer found"  # the solution states no final answer
+GRADING_NO_REFERENCE = "no reference answer"  # the problem has none to grade against
+
+
 class Solution(models.Model):
     """A model-written solution, split into steps, as served in phase 2.
 
@@ -74,7 +80,14 @@ class Solution(models.Model):
     content_sha256 = models.CharField(max_length=64, editable=False)
     final_answer = models.TextField(null=True, blank=True)
     source_model = models.CharField(max_length=200, blank=True, default="")
-    # Null until graded; set by answer grading against Problem.answer.
+    # Provenance of a generated sample: what produced it (a sampling run, a dataset and
+    # its version) and its id there (a conversation or sample id); "" when unknown, as
+    # for PRM800K records. Not part of the PRM800K record format, so never exported.
+    generator = models.CharField(max_length=200, blank=True, default="")
+    source_key = models.CharField(max_length=255, blank=True, default="")
+    # Null until graded; set by answer grading against Problem.answer. Also null with
+    # grading_note "no answer found" (the solution states no final answer) or "no
+    # reference answer": graded, but neither right nor wrong. "" means never graded.
     is_correct = models.BooleanField(null=True, blank=True)
     grading_note = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
@@ -86,6 +99,13 @@ class Solution(models.Model):
             # pool, or the same solution seen in several generations, reuses it.
             models.UniqueConstraint(
                 fields=["problem", "content_sha256", "source_model"], name="solution_unique_per_problem"
+            ),
+            # A source key names one sample of its generator: importing the same file
+            # again finds it, and a different text under the same key is refused.
+            models.UniqueConstraint(
+                fields=["problem", "generator", "source_key"],
+                condition=~Q(source_key=""),
+                name="solution_source_key_unique",
             ),
         ]
 

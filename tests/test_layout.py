@@ -15,11 +15,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("labeling", "activelearn")
 
-# activelearn builds on labeling, never the reverse. The one exception: plain
-# text rules shared with the step generator (what a final-answer step looks
-# like), which import neither Django nor either app's Django code.
+# activelearn builds on labeling, never the reverse. The exceptions: plain
+# text rules shared with the step generator and the grader (what a step is,
+# what a final answer is), which import neither Django nor either app's Django code.
 LABELING_MAY_IMPORT = {
-    "activelearn.stepgen.splitting": "the final-answer marker of a step (# Answer), shared with the step generator",
+    "activelearn.stepgen.splitting": "what one step is (the one splitter), shared with the step generator",
+    "activelearn.grading.extraction": "the final answer a solution states, stored by the imports and the demo",
 }
 
 

@@ -37,6 +37,8 @@ class SolutionSerializer(serializers.ModelSerializer):
             "steps",
             "final_answer",
             "source_model",
+            "generator",
+            "source_key",
             "is_correct",
             "grading_note",
             "created_at",
@@ -69,7 +71,8 @@ class ImportErrorSerializer(serializers.Serializer):
 class ImportResultSerializer(serializers.Serializer):
     read = serializers.IntegerField()
     created = serializers.DictField(child=serializers.IntegerField())
-    skipped = serializers.IntegerField()
+    skipped = serializers.IntegerField(help_text="already in the database")
+    duplicates = serializers.IntegerField(help_text="repeated within the request's items; written once")
     dry_run = serializers.BooleanField()
     summary = serializers.CharField()
 

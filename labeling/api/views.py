@@ -86,6 +86,7 @@ def _import_response(run: Any, request: Request) -> Response:
         "read": result.read,
         "created": dict(result.created),
         "skipped": result.skipped,
+        "duplicates": result.duplicates,
         "dry_run": result.dry_run,
         "summary": result.summary(),
     }

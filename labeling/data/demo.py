@@ -16,9 +16,15 @@ Choices, so that a reader of the demo data knows what it is:
   problem of it belongs to MATH's training split.
 - ``Problem.level`` is null: CHAMP does not grade difficulty.
 - A conversation's solution is the model message answered by the final
-  "summarize" prompt; the one-sentence summary itself is not used, because a
-  final answer must follow from the steps the labeler sees (a truncated
-  solution's summary often states an answer its steps never reach).
+  "summarize" prompt, split into steps by the shared splitter
+  (``activelearn.stepgen.splitting``). Its final answer is the one the steps
+  state (``activelearn.grading.extract_final_answer``: a box, "the answer is",
+  the concluding sentence); the one-sentence summary is read only when the
+  steps state none, because a final answer should follow from the steps the
+  labeler sees. Replies cut off by the length limit are not loaded at all.
+- ``Solution.generator`` is ``champ-dataset v0`` and ``Solution.source_key`` the
+  conversation key (``GPT-4|0-Shot``). Rows loaded by earlier versions (last
+  line as the answer, no provenance) are brought up to date on the next run.
 - Solutions are taken per problem in a fixed order: zero-shot for each model,
   then 5-shot, then the hint/concept conditions, and last the two conditions
   that hand the model part of the reference solution (their replies start
@@ -30,7 +36,6 @@ Choices, so that a reader of the demo data knows what it is:
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +44,8 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection, transaction
 
+from activelearn.grading.extraction import extract_final_answer
+from activelearn.stepgen.splitting import split_steps
 from labeling.models import (
     Generation,
     GenerationStatus,
@@ -65,16 +72,11 @@ DEMO_LABELER_USERNAME = "labeler"
 DEFAULT_ADMIN_PASSWORD = "admin"
 DEFAULT_LABELER_PASSWORD = "labeler"
 
+GENERATOR = f"champ-dataset {CHAMP_VERSION}"
 _MODEL_ROLE_PREFIX = "Model."
 _SUMMARY_PROMPT_PREFIX = "Now, summarize"
 # Conditions whose prompt contains part of the reference solution: served last.
 _PARTIAL_SOLUTION_CONDITIONS = frozenset({"1/3 Soln", "2/3 Soln"})
-# 5-shot replies imitate the exemplars' "Step-wise solution:" header; it is
-# formatting, not a step anyone should rate.
-_HEADER_LINE = re.compile(r"^\s*step-wise solution:\s*$", re.IGNORECASE)
-_BEGIN_ENV = re.compile(r"\\begin\{[^}]*\}")
-_END_ENV = re.compile(r"\\end\{[^}]*\}")
-_BOXED = "\\boxed"
 # (problem pk, content_sha256, source_model): the solution_unique_per_problem key.
 _SolutionKey = tuple[int, str, str]
 
@@ -85,10 +87,11 @@ class DemoError(Exception):
 
 @dataclass(frozen=True)
 class DemoSolution:
-    conversation: str  # CHAMP's key, "<model>|<condition>"
+    conversation: str  # CHAMP's key, "<model>|<condition>"; stored as Solution.source_key
     source_model: str
     steps: list[str]
     final_answer: str | None
+    summary: str | None  # the model's one-sentence summary turn, if it gave one
 
 
 @dataclass(frozen=True)
@@ -129,79 +132,20 @@ class DemoLoadResult:
 # --- Reading CHAMP -----------------------------------------------------------
 
 
-def _block_is_open(lines: list[str]) -> bool:
-    """Whether the lines so far leave a display-math, environment or code block open."""
-    text = "\n".join(lines)
-    if text.count("```") % 2:
-        return True
-    if text.count("$$") % 2:
-        return True
-    if text.count("\\[") > text.count("\\]"):
-        return True
-    return len(_BEGIN_ENV.findall(text)) > len(_END_ENV.findall(text))
-
-
-def split_steps(text: str) -> list[str]:
-    """Split a model's solution into steps, one per non-empty line (as PRM800K does).
-
-    Lines inside a display block (``\\[ ... \\]``, ``$$ ... $$``,
-    ``\\begin{..} ... \\end{..}``, a fenced code block) stay together in one
-    step: a step holding half a formula could not be rendered or rated. A block
-    still open at the end of the text (a truncated reply) is not merged, so a
-    stray ``\\[`` cannot swallow the rest of the solution.
-    """
-    steps: list[str] = []
-    block: list[str] = []
-    for raw in text.splitlines():
-        line = raw.rstrip()
-        if not line.strip():
-            continue
-        if not block and not steps and _HEADER_LINE.match(line):
-            continue
-        block.append(line if block else line.strip())
-        if not _block_is_open(block):
-            steps.append("\n".join(block).strip())
-            block = []
-    steps.extend(line.strip() for line in block)
-    return steps
-
-
-def _last_boxed(text: str) -> str | None:
-    """The content of the last ``\\boxed{...}``, braces balanced; None if there is none."""
-    start = text.rfind(_BOXED + "{")
-    while start != -1:
-        depth = 0
-        begin = start + len(_BOXED) + 1
-        for pos in range(begin - 1, len(text)):
-            char = text[pos]
-            if char == "{":
-                depth += 1
-            elif char == "}":
-                depth -= 1
-                if depth == 0:
-                    return text[begin:pos].strip()
-        # Unbalanced (a truncated reply): try an earlier one.
-        start = text.rfind(_BOXED + "{", 0, start)
-    return None
-
-
-def extract_final_answer(steps: list[str]) -> str | None:
-    """The final answer: the last ``\\boxed{}`` if there is one, else the last step."""
-    if not steps:
-        return None
-    boxed = _last_boxed("\n".join(steps))
-    return boxed if boxed is not None else steps[-1]
-
-
-def _solution_message(messages: list[Any]) -> Any | None:
-    """The model message that the final "summarize" prompt answers, or None."""
+def solution_message(messages: list[Any]) -> tuple[Any, str | None] | None:
+    """The model message that the final "summarize" prompt answers, with the model's
+    one-sentence summary (None if it has none); None if there is no such message."""
     for index in range(len(messages) - 1, 0, -1):
         message = messages[index]
         if message.role == "User":
             if not (message.text or "").startswith(_SUMMARY_PROMPT_PREFIX):
                 return None
             previous = messages[index - 1]
-            return previous if str(previous.role).startswith(_MODEL_ROLE_PREFIX) else None
+            if not str(previous.role).startswith(_MODEL_ROLE_PREFIX):
+                return None
+            reply = messages[index + 1] if index + 1 < len(messages) else None
+            summary = reply.text if reply is not None and reply.error is None and reply.text else None
+            return previous, summary
     return None
 
 
@@ -249,9 +193,12 @@ def read_champ(*, solutions_per_problem: int | None) -> list[DemoProblem]:
         for key in _conversation_order(conversations):
             if solutions_per_problem is not None and len(solutions) >= solutions_per_problem:
                 break
-            message = _solution_message(conversations[key].messages or [])
+            found = solution_message(conversations[key].messages or [])
+            if found is None:
+                continue
+            message, summary = found
             # Replies cut off by the length limit, and empty ones, are not solutions.
-            if message is None or message.error is not None or not message.text:
+            if message.error is not None or not message.text:
                 continue
             steps = split_steps(message.text)
             if not steps:
@@ -259,7 +206,7 @@ def read_champ(*, solutions_per_problem: int | None) -> list[DemoProblem]:
             source_model = str(message.role)[len(_MODEL_ROLE_PREFIX) :]
             # Two conditions can yield the same text from the same model; the
             # database keeps one (solution_unique_per_problem), so do we.
-            final_answer = extract_final_answer(steps)
+            final_answer = extract_final_answer("\n".join(steps), summary=summary)
             identity = (content_sha256(steps, final_answer), source_model)
             if identity in seen:
                 continue
@@ -270,6 +217,7 @@ def read_champ(*, solutions_per_problem: int | None) -> list[DemoProblem]:
                     source_model=source_model,
                     steps=steps,
                     final_answer=final_answer,
+                    summary=summary,
                 )
             )
         reference_steps = item.solution.steps if item.solution and item.solution.steps else []
@@ -379,12 +327,7 @@ def demo_load(
         say(f"Problems: {len(new_problems)} created, {len(existing)} already there")
 
         # Solutions.
-        solution_pk: dict[_SolutionKey, int] = {
-            (problem_id, sha, model): pk
-            for pk, problem_id, sha, model in Solution.objects.filter(problem_id__in=problem_pk.values()).values_list(
-                "pk", "problem_id", "content_sha256", "source_model"
-            )
-        }
+        solution_pk, updated = _demo_solutions_upgrade(demo_problems, problem_pk)
         selected: list[tuple[_SolutionKey, DemoProblem, DemoSolution]] = []
         new_solutions: list[Solution] = []
         for p in demo_problems:
@@ -399,18 +342,18 @@ def demo_load(
                             content_sha256=key[1],
                             final_answer=s.final_answer,
                             source_model=s.source_model,
+                            generator=GENERATOR,
+                            source_key=s.conversation,
                         )
                     )
         Solution.objects.bulk_create(new_solutions, batch_size=500)
         if new_solutions:
             # bulk_create does not return primary keys on every backend; read them back.
-            solution_pk = {
-                (problem_id, sha, model): pk
-                for pk, problem_id, sha, model in Solution.objects.filter(
-                    problem_id__in=problem_pk.values()
-                ).values_list("pk", "problem_id", "content_sha256", "source_model")
-            }
-        say(f"Solutions: {len(new_solutions)} created, {len(selected) - len(new_solutions)} already there")
+            solution_pk = _demo_solution_keys(problem_pk.values())
+        say(
+            f"Solutions: {len(new_solutions)} created, {len(selected) - len(new_solutions)} already there"
+            + (f" ({updated} given their extracted answer and conversation key)" if updated else "")
+        )
 
         # Generation 0 and its tasks.
         generation, _ = Generation.objects.get_or_create(
@@ -473,3 +416,58 @@ def demo_load(
             admin=admin,
             labeler=labeler,
         )
+
+
+def _demo_solution_keys(problem_pks: Iterable[int]) -> dict[_SolutionKey, int]:
+    return {
+        (problem_id, sha, model): pk
+        for pk, problem_id, sha, model in Solution.objects.filter(problem_id__in=list(problem_pks)).values_list(
+            "pk", "problem_id", "content_sha256", "source_model"
+        )
+    }
+
+
+def _demo_solutions_upgrade(
+    demo_problems: list[DemoProblem], problem_pk: dict[str, int]
+) -> tuple[dict[_SolutionKey, int], int]:
+    """The stored demo solutions by key, after bringing rows loaded by earlier versions
+    up to date; returns them and how many rows were updated.
+
+    Earlier versions stored the last line as the final answer and no provenance. Such a
+    row is found by its problem, model and steps, and gets the extracted answer (and so
+    a new ``content_sha256``), the generator and the conversation key, so a later run
+    neither duplicates it nor leaves its answer wrong. Steps, tasks and labels are
+    untouched.
+    """
+    solution_pk = _demo_solution_keys(problem_pk.values())
+    by_steps: dict[tuple[int, str, str], tuple[int, str, str]] = {}
+    for pk, problem_id, model, steps, sha, source_key in Solution.objects.filter(
+        problem_id__in=problem_pk.values()
+    ).values_list("pk", "problem_id", "source_model", "steps", "content_sha256", "source_key"):
+        if steps is not None:
+            by_steps.setdefault((problem_id, model, "\x00".join(steps)), (pk, sha, source_key))
+    changed: list[Solution] = []
+    for p in demo_problems:
+        for s in p.solutions:
+            key = (problem_pk[p.unique_id], content_sha256(s.steps, s.final_answer), s.source_model)
+            earlier = by_steps.pop((key[0], s.source_model, "\x00".join(s.steps)), None)
+            if earlier is None:
+                continue
+            pk, sha, source_key = earlier
+            if sha == key[1] and source_key == s.conversation:
+                continue
+            if key in solution_pk and solution_pk[key] != pk:
+                continue  # the current form is stored already, as another row
+            changed.append(
+                Solution(
+                    pk=pk,
+                    final_answer=s.final_answer,
+                    content_sha256=key[1],
+                    generator=GENERATOR,
+                    source_key=s.conversation,
+                )
+            )
+    if not changed:
+        return solution_pk, 0
+    Solution.objects.bulk_update(changed, ["final_answer", "content_sha256", "generator", "source_key"], batch_size=500)
+    return _demo_solution_keys(problem_pk.values()), len(changed)

@@ -17,6 +17,8 @@ from typing import Any
 
 from django.db import transaction
 
+from activelearn.grading.extraction import extract_final_answer
+from activelearn.stepgen.splitting import split_steps
 from labeling.data.prm800k import RecordError, iter_json_objects
 from labeling.models import (
     Problem,
@@ -36,14 +38,18 @@ WRITE_BATCH = 2000
 class ImportResult:
     read: int = 0
     created: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    # Already in the database before this import.
     skipped: int = 0
+    # Repeats within the input itself (the same sample twice); written once.
+    duplicates: int = 0
     dry_run: bool = False
 
     def summary(self) -> str:
         made = ", ".join(f"{count} {name}" for name, count in sorted(self.created.items()) if count) or "nothing"
         verb = "would create" if self.dry_run else "created"
         skipped = f"; {self.skipped} already present" if self.skipped else ""
-        return f"read {self.read} record(s); {verb} {made}{skipped}"
+        duplicates = f"; {self.duplicates} duplicate(s) within the input" if self.duplicates else ""
+        return f"read {self.read} record(s); {verb} {made}{skipped}{duplicates}"
 
 
 def progress_tick(progress: Progress | None) -> None:
@@ -224,19 +230,31 @@ def _write_problems(rows: list[ProblemRow], result: ImportResult) -> None:
 
 # --- Solution pools --------------------------------------------------------
 
+_MAX_MODEL = Solution._meta.get_field("source_model").max_length or 200
+_MAX_GENERATOR = Solution._meta.get_field("generator").max_length or 200
+_MAX_SOURCE_KEY = Solution._meta.get_field("source_key").max_length or 255
+
 
 @dataclass(frozen=True)
 class SolutionRow:
     problem_id: str
     steps: tuple[str, ...]
+    # The final answer as given, else as extracted from the steps (or the summary).
     answer: str | None
     model: str
+    generator: str
+    source_key: str
     alternatives: tuple[tuple[int, str], ...]
 
+    def content_key(self) -> tuple[str, str, str]:
+        return (self.problem_id, content_sha256(list(self.steps), self.answer), self.model)
 
-def split_steps(text: str) -> tuple[str, ...]:
-    """One step per non-empty line, as the generator wrote them."""
-    return tuple(line for line in (raw.strip() for raw in text.split("\n")) if line)
+
+def _bounded_str(obj: dict[str, Any], key: str, source: str, line: int, limit: int) -> str:
+    value = _require_str(obj, key, source, line, nullable=True) or ""
+    if len(value) > limit:
+        raise RecordError(source=source, line=line, field=key, message=f"longer than {limit} characters")
+    return value
 
 
 def parse_solution(obj: Any, *, source: str, line: int) -> SolutionRow:
@@ -244,7 +262,7 @@ def parse_solution(obj: Any, *, source: str, line: int) -> SolutionRow:
     problem_id = _require_str(row, "problem_id", source, line) or ""
     raw_steps = row.get("steps")
     if isinstance(raw_steps, str):
-        steps = split_steps(raw_steps)
+        steps = tuple(split_steps(raw_steps))
     elif isinstance(raw_steps, list):
         for i, step in enumerate(raw_steps):
             if not isinstance(step, str) or not step.strip():
@@ -275,11 +293,19 @@ def parse_solution(obj: Any, *, source: str, line: int) -> SolutionRow:
         if not isinstance(text, str) or not text.strip():
             raise RecordError(source=source, line=line, field=f"{where}.text", message="must be a non-empty string")
         alternatives.append((step_index, text))
+    answer = _require_str(row, "answer", source, line, nullable=True)
+    summary = _require_str(row, "summary", source, line, nullable=True)
+    if answer is None:
+        # The answer the steps state (or, failing that, the summary turn); None when
+        # they state none, which grading then reports as "no answer found".
+        answer = extract_final_answer("\n".join(steps), summary=summary)
     return SolutionRow(
         problem_id=problem_id,
         steps=steps,
-        answer=_require_str(row, "answer", source, line, nullable=True),
-        model=_require_str(row, "model", source, line, nullable=True) or "",
+        answer=answer,
+        model=_bounded_str(row, "model", source, line, _MAX_MODEL),
+        generator=_bounded_str(row, "generator", source, line, _MAX_GENERATOR),
+        source_key=_bounded_str(row, "source_key", source, line, _MAX_SOURCE_KEY),
         alternatives=tuple(alternatives),
     )
 
@@ -293,14 +319,37 @@ def solutions_import_items(*, items: Sequence[Any], source: str = "items", dry_r
     return _solutions_import(_from_items(items, source), dry_run=dry_run, progress=None)
 
 
+_Location = tuple[str, int]
+
+
 def _solutions_import(located: LocatedSource, *, dry_run: bool, progress: Progress | None) -> ImportResult:
     result = ImportResult(dry_run=dry_run)
     wanted: set[str] = set()
-    locations: dict[str, tuple[str, int]] = {}
+    locations: dict[str, _Location] = {}
+    # In-file duplicates: the same content (kept once, like the database does) or the same
+    # source key twice; a source key naming two different samples is an error.
+    first_content: set[tuple[str, str, str]] = set()
+    first_keys: dict[tuple[str, str, str], tuple[tuple[str, str, str], _Location]] = {}
+    duplicates: set[_Location] = set()
     for source, line, obj in located():
         row = parse_solution(obj, source=source, line=line)
         wanted.add(row.problem_id)
         locations.setdefault(row.problem_id, (source, line))
+        content = row.content_key()
+        if row.source_key:
+            key = (row.problem_id, row.generator, row.source_key)
+            seen = first_keys.get(key)
+            if seen is not None and seen[0] != content:
+                raise RecordError(
+                    source=source,
+                    line=line,
+                    field="source_key",
+                    message=f"{row.source_key!r} already names a different sample at {seen[1][0]}:{seen[1][1]}",
+                )
+            first_keys.setdefault(key, (content, (source, line)))
+        if content in first_content:
+            duplicates.add((source, line))
+        first_content.add(content)
     problem_ids = dict(Problem.objects.filter(unique_id__in=wanted).values_list("unique_id", "id"))
     missing = sorted(wanted - problem_ids.keys())
     if missing:
@@ -313,11 +362,14 @@ def _solutions_import(located: LocatedSource, *, dry_run: bool, progress: Progre
             message=f"unknown problem {missing[0]!r}{more}; import the problems first",
         )
     with transaction.atomic():
-        batch: list[SolutionRow] = []
-        for row in _iter_parsed(located, parse_solution):
+        batch: list[tuple[_Location, SolutionRow]] = []
+        for source, line, obj in located():
             result.read += 1
-            batch.append(row)
             progress_tick(progress)
+            if (source, line) in duplicates:
+                result.duplicates += 1
+                continue
+            batch.append(((source, line), parse_solution(obj, source=source, line=line)))
             if len(batch) >= WRITE_BATCH:
                 _write_solutions(batch, problem_ids, result)
                 batch = []
@@ -328,24 +380,32 @@ def _solutions_import(located: LocatedSource, *, dry_run: bool, progress: Progre
     return result
 
 
-def _write_solutions(rows: list[SolutionRow], problem_ids: dict[str, int], result: ImportResult) -> None:
-    if not rows:
+def _write_solutions(
+    located_rows: list[tuple[_Location, SolutionRow]], problem_ids: dict[str, int], result: ImportResult
+) -> None:
+    if not located_rows:
         return
-    keyed = {(problem_ids[r.problem_id], content_sha256(list(r.steps), r.answer), r.model): r for r in rows}
+    keyed = {
+        (problem_ids[r.problem_id], content_sha256(list(r.steps), r.answer), r.model): (where, r)
+        for where, r in located_rows
+    }
     existing = set(
         Solution.objects.filter(
             problem_id__in={k[0] for k in keyed}, content_sha256__in={k[1] for k in keyed}
         ).values_list("problem_id", "content_sha256", "source_model")
     )
+    _refuse_reused_source_keys(keyed, existing)
     new_keys = [k for k in keyed if k not in existing]
     created = Solution.objects.bulk_create(
         [
             Solution(
                 problem_id=k[0],
-                steps=list(keyed[k].steps),
+                steps=list(keyed[k][1].steps),
                 content_sha256=k[1],
-                final_answer=keyed[k].answer,
+                final_answer=keyed[k][1].answer,
                 source_model=k[2],
+                generator=keyed[k][1].generator,
+                source_key=keyed[k][1].source_key,
             )
             for k in new_keys
         ]
@@ -353,7 +413,7 @@ def _write_solutions(rows: list[SolutionRow], problem_ids: dict[str, int], resul
     alternatives = [
         StepAlternative(solution=solution, step_index=step_index, ordinal=ordinal, text=text, source_model=key[2])
         for key, solution in zip(new_keys, created, strict=True)
-        for ordinal, (step_index, text) in enumerate(keyed[key].alternatives, 1)
+        for ordinal, (step_index, text) in enumerate(keyed[key][1].alternatives, 1)
     ]
     # Ordinals count per step, not per solution.
     per_step: dict[tuple[int, int], int] = defaultdict(int)
@@ -363,4 +423,30 @@ def _write_solutions(rows: list[SolutionRow], problem_ids: dict[str, int], resul
     StepAlternative.objects.bulk_create(alternatives)
     result.created["solutions"] += len(created)
     result.created["alternatives"] += len(alternatives)
-    result.skipped += len(rows) - len(created)
+    result.skipped += len(located_rows) - len(created)
+
+
+def _refuse_reused_source_keys(
+    keyed: dict[tuple[int, str, str], tuple[_Location, SolutionRow]], existing: set[tuple[int, str, str]]
+) -> None:
+    """A source key already stored for a different solution is an error, not a new sample
+    (the ``solution_source_key_unique`` constraint would refuse it less clearly)."""
+    with_keys = {k: v for k, v in keyed.items() if v[1].source_key and k not in existing}
+    if not with_keys:
+        return
+    taken = {
+        (problem_id, generator, source_key): pk
+        for pk, problem_id, generator, source_key in Solution.objects.filter(
+            problem_id__in={k[0] for k in with_keys},
+            source_key__in={v[1].source_key for v in with_keys.values()},
+        ).values_list("pk", "problem_id", "generator", "source_key")
+    }
+    for key, ((source, line), row) in with_keys.items():
+        pk = taken.get((key[0], row.generator, row.source_key))
+        if pk is not None:
+            raise RecordError(
+                source=source,
+                line=line,
+                field="source_key",
+                message=f"{row.source_key!r} already names solution {pk}, whose steps or answer differ",
+            )

@@ -14,6 +14,7 @@ from django.db.models.functions import TruncDate
 from django.utils import timezone
 
 from labeling.models import (
+    GRADING_NO_ANSWER,
     AssignmentStatus,
     ExportJob,
     Generation,
@@ -86,25 +87,29 @@ class CorrectnessRow:
     label: str
     correct: int
     incorrect: int
+    no_answer: int
     ungraded: int
 
     @property
     def total(self) -> int:
-        return self.correct + self.incorrect + self.ungraded
+        return self.correct + self.incorrect + self.no_answer + self.ungraded
 
 
 def correct_answer_shares() -> list[CorrectnessRow]:
-    """Per generation: served solutions whose final answer is graded correct, wrong, or not graded yet."""
+    """Per generation: served solutions whose final answer is graded correct, wrong, states no
+    answer at all, or has no verdict yet (not graded, or no reference answer)."""
+    no_answer = Q(solution__is_correct__isnull=True, solution__grading_note=GRADING_NO_ANSWER)
     rows = (
         Task.objects.values_list("generation__number")
         .annotate(
             correct=Count("pk", filter=Q(solution__is_correct=True)),
             incorrect=Count("pk", filter=Q(solution__is_correct=False)),
-            ungraded=Count("pk", filter=Q(solution__is_correct__isnull=True)),
+            no_answer=Count("pk", filter=no_answer),
+            ungraded=Count("pk", filter=Q(solution__is_correct__isnull=True) & ~no_answer),
         )
         .order_by("generation__number")
     )
-    return [CorrectnessRow(_generation_label(n), c, i, u) for n, c, i, u in rows]
+    return [CorrectnessRow(_generation_label(n), c, i, a, u) for n, c, i, a, u in rows]
 
 
 def queue_depth() -> list[tuple[str, str, int]]:

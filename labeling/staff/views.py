@@ -46,7 +46,15 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         ),
         "correct": dashboard_charts.share_bars(
             [
-                (r.label, [("correct", r.correct), ("wrong", r.incorrect), ("ungraded", r.ungraded)])
+                (
+                    r.label,
+                    [
+                        ("correct", r.correct),
+                        ("wrong", r.incorrect),
+                        ("no answer", r.no_answer),
+                        ("ungraded", r.ungraded),
+                    ],
+                )
                 for r in correctness
             ],
             label="solutions ending in a correct answer, per generation",

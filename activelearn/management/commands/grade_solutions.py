@@ -3,61 +3,81 @@ from argparse import ArgumentParser
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db.models import Count, Max, Min, Q
 from tqdm import tqdm
 
-from activelearn.answer_grading import solutions_grade_range
+from activelearn.answer_grading import grade_summary, solutions_grade
 from activelearn.grading import DEFAULT_TIMEOUT_S
-from labeling.models import Solution
+from activelearn.solution_selectors import never_graded_q, solutions_matching
+from labeling.models import Generation, Solution, Split
 
 
 class Command(BaseCommand):
     help = (
         "Grade solutions' final answers against their problem's reference answer; writes Solution.is_correct "
-        "and grading_note. An answer whose check runs past --timeout is graded incorrect ('timeout')."
+        "and grading_note. Select solutions by --split, --problem, --generation and --first-id/--last-id "
+        "(all of them when none is given); --ungraded skips solutions graded before. An answer whose check runs "
+        "past --timeout is graded incorrect ('timeout'); a solution that states no answer is 'no answer found' "
+        "(is_correct stays empty), counted apart from wrong ones."
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
+        parser.add_argument(
+            "--split",
+            action="append",
+            dest="splits",
+            default=[],
+            choices=[split for split in Split.values if split],
+            help="only problems of this split (repeatable)",
+        )
+        parser.add_argument(
+            "--problem",
+            action="append",
+            dest="problem_ids",
+            default=[],
+            metavar="UNIQUE_ID",
+            help="only this problem (repeatable; a trailing * matches a prefix, e.g. 'champ/*')",
+        )
+        parser.add_argument(
+            "--generation",
+            action="append",
+            dest="generations",
+            type=int,
+            default=[],
+            metavar="N",
+            help="only solutions served as tasks in generation N (repeatable)",
+        )
         parser.add_argument("--first-id", type=int, help="first solution id (inclusive)")
         parser.add_argument("--last-id", type=int, help="last solution id (inclusive)")
-        parser.add_argument("--ungraded-only", action="store_true", help="skip solutions already graded")
+        parser.add_argument("--ungraded", "--ungraded-only", action="store_true", help="skip solutions graded before")
         parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per answer")
-        parser.add_argument("--chunk", type=int, default=500, help="solutions per progress tick")
+        parser.add_argument("--processes", type=int, help="grading worker processes (default: up to 4)")
         parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["timeout"] <= 0:
             raise CommandError("--timeout must be positive")
-        pool = Solution.objects.all()
-        if options["ungraded_only"]:
-            pool = pool.filter(is_correct__isnull=True)
-        bounds = pool.aggregate(low=Min("id"), high=Max("id"))
-        first = options["first_id"] if options["first_id"] is not None else bounds["low"]
-        last = options["last_id"] if options["last_id"] is not None else bounds["high"]
-        if first is None or last is None or first > last:
-            raise CommandError("no solutions to grade")
-        total = pool.filter(id__gte=first, id__lte=last).count()
-        written = 0
-        with tqdm(total=total, unit="solution", disable=options["no_progress"], file=sys.stderr, leave=False) as bar:
-            for start in range(first, last + 1, options["chunk"]):
-                end = min(last, start + options["chunk"] - 1)
-                if options["ungraded_only"]:
-                    from activelearn.answer_grading import solutions_grade
-
-                    ids = list(pool.filter(id__gte=start, id__lte=end).values_list("id", flat=True))
-                    count = solutions_grade(solution_ids=ids, timeout_s=options["timeout"])
-                else:
-                    count = solutions_grade_range(first_id=start, last_id=end, timeout_s=options["timeout"])
-                written += count
-                bar.update(count)
-        summary = Solution.objects.filter(id__gte=first, id__lte=last).aggregate(
-            correct=Count("id", filter=Q(is_correct=True)),
-            wrong=Count("id", filter=Q(is_correct=False)),
-            timeouts=Count("id", filter=Q(grading_note="timeout")),
+        if options["processes"] is not None and options["processes"] < 1:
+            raise CommandError("--processes must be at least 1")
+        unknown = set(options["generations"]) - set(
+            Generation.objects.filter(number__in=options["generations"]).values_list("number", flat=True)
         )
-        self.stdout.write(
-            self.style.SUCCESS(
-                f"graded {written} solution(s): {summary['correct']} correct, {summary['wrong']} wrong "
-                f"({summary['timeouts']} timed out) in ids {first}..{last}"
+        if unknown:
+            raise CommandError(f"no generation numbered {', '.join(str(n) for n in sorted(unknown))}")
+        selection = solutions_matching(
+            splits=options["splits"],
+            problem_ids=options["problem_ids"],
+            generations=options["generations"],
+            first_id=options["first_id"],
+            last_id=options["last_id"],
+        )
+        to_grade = selection.filter(never_graded_q()) if options["ungraded"] else selection
+        ids = list(to_grade.order_by("id").values_list("id", flat=True))
+        if not ids and not selection.exists():
+            raise CommandError("no solutions match the selection")
+        with tqdm(total=len(ids), unit="solution", disable=options["no_progress"], file=sys.stderr, leave=False) as bar:
+            written = solutions_grade(
+                solution_ids=ids, timeout_s=options["timeout"], processes=options["processes"], progress=bar.update
             )
-        )
+        # The summary covers the whole selection, so a --ungraded run also shows what was graded before.
+        summary = grade_summary(Solution.objects.filter(id__in=selection.values("id")))
+        self.stdout.write(self.style.SUCCESS(f"graded {written} solution(s); the selection now: {summary}"))

@@ -9,8 +9,9 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.test import Client
 
+from activelearn.stepgen.splitting import split_steps
 from labeling.data import demo
-from labeling.data.demo import demo_load, extract_final_answer, split_steps
+from labeling.data.demo import GENERATOR, demo_load
 from labeling.models import (
     Generation,
     GenerationStatus,
@@ -60,50 +61,28 @@ def _counts() -> tuple[int, int, int, int, int, int]:
     )
 
 
-# --- splitting and final answers (no database) --------------------------------
+# --- reading CHAMP (no database) ---------------------------------------------
 
 
-def test_one_step_per_non_empty_line():
-    assert split_steps("First.\n\n  Second.  \n\nThird.\n") == ["First.", "Second.", "Third."]
+def test_the_demo_stores_the_answer_a_solution_states_not_its_last_sentence():
+    # CHAMP P_Combinatorics_1, GPT-3.5 with the concept and hints: its last line is
+    # "Therefore, there are 239 such strings of length 6."
+    problem = next(p for p in demo.read_champ(solutions_per_problem=None) if p.unique_id == "champ/P_Combinatorics_1")
+    solution = next(s for s in problem.solutions if s.conversation == "GPT-3.5|Direct C w/ H")
+    assert solution.steps[-1] == "Therefore, there are 239 such strings of length 6."
+    assert solution.final_answer == "239"
+    assert solution.summary and solution.summary.startswith("There are 239 strings")
 
 
-def test_display_math_spanning_lines_stays_in_one_step():
-    text = "We compute:\n\\[\n1 + 1\n= 2\n\\]\nSo the answer is $\\boxed{2}$."
-    assert split_steps(text) == ["We compute:", "\\[\n1 + 1\n= 2\n\\]", "So the answer is $\\boxed{2}$."]
+def test_solutions_are_split_by_the_shared_splitter():
+    import champ_dataset
 
-
-def test_dollar_environment_and_code_blocks_stay_whole():
-    text = "$$\na = b\n$$\n\\begin{align*}\nx &= 1 \\\\\ny &= 2\n\\end{align*}\n```\ncode\n```\nDone."
-    assert split_steps(text) == [
-        "$$\na = b\n$$",
-        "\\begin{align*}\nx &= 1 \\\\\ny &= 2\n\\end{align*}",
-        "```\ncode\n```",
-        "Done.",
-    ]
-
-
-def test_single_line_display_math_is_its_own_step():
-    assert split_steps("Thus\n\\[ x = 1 \\]\nDone.") == ["Thus", "\\[ x = 1 \\]", "Done."]
-
-
-def test_unclosed_block_does_not_swallow_the_rest():
-    # A reply cut off inside a display block keeps one step per line.
-    assert split_steps("Start.\n\\[\nx = 1\nand more") == ["Start.", "\\[", "x = 1", "and more"]
-
-
-def test_step_wise_header_of_few_shot_replies_is_dropped():
-    assert split_steps("Step-wise solution:\n1. a\n2. b") == ["1. a", "2. b"]
-
-
-def test_final_answer_is_last_boxed_with_nested_braces():
-    steps = ["First $\\boxed{1}$.", "So the answer is $\\boxed{\\frac{1}{2}}$."]
-    assert extract_final_answer(steps) == "\\frac{1}{2}"
-
-
-def test_final_answer_falls_back_to_last_line():
-    assert extract_final_answer(["a", "Thus the answer is 239."]) == "Thus the answer is 239."
-    assert extract_final_answer(["Cut off \\boxed{12"]) == "Cut off \\boxed{12"
-    assert extract_final_answer([]) is None
+    problem = demo.read_champ(solutions_per_problem=1)[0]
+    (solution,) = problem.solutions
+    item = champ_dataset.load(demo.CHAMP_VERSION).problems[problem.unique_id.removeprefix("champ/")]
+    found = demo.solution_message(item.conversations[solution.conversation].messages)
+    assert found is not None
+    assert solution.steps == split_steps(found[0].text)
 
 
 def test_task_priority_is_stable_and_in_unit_interval():
@@ -136,8 +115,12 @@ def test_load_demo_creates_real_problems_solutions_tasks_and_logins():
     for solution in solutions:
         assert solution.steps and all(step.strip() == step and step for step in solution.steps)
         assert solution.content_sha256 == content_sha256(solution.steps, solution.final_answer)
-        assert solution.final_answer
         assert solution.is_correct is None
+        assert solution.generator == GENERATOR and "|" in solution.source_key
+    # The extracted answer, not the last sentence: short, and mostly found.
+    answered = [s for s in solutions if s.final_answer]
+    assert len(answered) > 0.95 * len(solutions)
+    assert sorted(len(s.final_answer) for s in answered)[len(answered) // 2] < 20
     assert sum(1 for s in solutions if s.step_count > 1) > 0.9 * len(solutions)
 
     generation = Generation.objects.get()
@@ -174,6 +157,35 @@ def test_second_run_creates_nothing():
     assert (again.problems_created, again.solutions_created, again.tasks_created) == (0, 0, 0)
     assert not again.admin.created and not again.labeler.created
     assert again.admin.password_works and again.labeler.password_works
+
+
+@pytest.mark.django_db
+def test_a_run_over_rows_an_earlier_version_loaded_updates_their_answer_instead_of_duplicating_them():
+    demo_load(solutions_per_problem=PER_PROBLEM, admin_password="a", labeler_password="l")
+    # As earlier versions stored them: the last step as the answer, no provenance.
+    old = []
+    for solution in Solution.objects.all():
+        assert solution.steps
+        solution.final_answer = solution.steps[-1]
+        solution.content_sha256 = content_sha256(solution.steps, solution.final_answer)
+        solution.generator = solution.source_key = ""
+        old.append(solution)
+    Solution.objects.bulk_update(old, ["final_answer", "content_sha256", "generator", "source_key"])
+    before = _counts()
+
+    demo_load(solutions_per_problem=PER_PROBLEM, admin_password="a", labeler_password="l")
+
+    assert _counts() == before
+    current = {
+        (p.unique_id, s.conversation): s
+        for p in demo.read_champ(solutions_per_problem=PER_PROBLEM)
+        for s in p.solutions
+    }
+    for solution in Solution.objects.select_related("problem"):
+        expected = current[(solution.problem.unique_id, solution.source_key)]
+        assert solution.final_answer == expected.final_answer
+        assert solution.content_sha256 == content_sha256(solution.steps, solution.final_answer)
+        assert solution.generator == GENERATOR
 
 
 @pytest.mark.django_db

@@ -199,8 +199,108 @@ def test_it_imports_solution_pools_as_lists_or_text(tmp_path: Path) -> None:
     run_import("import_solutions", str(pool))  # idempotent
 
     solutions = {tuple(s.steps or []): s for s in Solution.objects.all()}
-    assert set(solutions) == {("$1+1=2$.", "# Answer\n\n2"), ("We add.", "$1+1=3$.", "# Answer 3")}
+    assert set(solutions) == {("$1+1=2$.", "# Answer\n\n2"), ("We add.", "$1+1=3$.", "# Answer\n\n3")}
     assert list(StepAlternative.objects.values_list("step_index", "ordinal", "text")) == [(1, 1, "$1+1=2$.")]
+
+
+SAMPLE = "Let $a_1 = 1$.\nThen $a_{n+1} = -a_n$ for every $n$.\nTherefore, $a_{1964} = -1$."
+
+
+def sample(key: str, steps: str = SAMPLE, **extra: Any) -> dict[str, Any]:
+    row = {"problem_id": "test/prealgebra/1.json", "steps": steps, "model": "gpt-4", "generator": "champ v0"}
+    return row | {"source_key": key} | extra
+
+
+@pytest.mark.django_db
+def test_it_keeps_provenance_and_stores_the_answer_the_steps_state(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_import("import_problems", str(jsonl(tmp_path / "math.jsonl", *MATH_ROWS)))
+    pool = jsonl(
+        tmp_path / "pool.jsonl",
+        sample("GPT-4|0-Shot"),
+        sample("GPT-4|5-Shot", "Step-wise solution:\nWe try.\n\\[\nx = 2\n\\]\nSo 1964 is not a prime number."),
+        sample("GPT-4|Hint", "We try some cases.\nThe pattern is unclear.", summary="There is no solution."),
+        sample("GPT-4|Plain", "We try some cases.\nThe pattern is unclear."),
+        sample("GPT-4|Given", "We try.\nIt is 5.", answer="5"),
+    )
+
+    run_import("import_solutions", str(pool))
+
+    stored = {s.source_key: s for s in Solution.objects.all()}
+    assert {key: s.final_answer for key, s in stored.items()} == {
+        "GPT-4|0-Shot": "-1",
+        "GPT-4|5-Shot": "1964 is not a prime number",
+        "GPT-4|Hint": "There is no solution",  # from the summary turn: the steps state nothing
+        "GPT-4|Plain": None,  # no answer found
+        "GPT-4|Given": "5",  # an answer given is kept as given
+    }
+    assert stored["GPT-4|5-Shot"].steps == ["We try.", "\\[\nx = 2\n\\]", "So 1964 is not a prime number."]
+    assert {(s.generator, s.source_model) for s in stored.values()} == {("champ v0", "gpt-4")}
+
+
+@pytest.mark.django_db
+def test_it_reports_duplicates_within_the_input_apart_from_rows_already_stored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_import("import_problems", str(jsonl(tmp_path / "math.jsonl", *MATH_ROWS)))
+    first = jsonl(tmp_path / "first.jsonl", sample("a"))
+    run_import("import_solutions", str(first))
+    capsys.readouterr()
+    second = jsonl(
+        tmp_path / "second.jsonl",
+        sample("a"),  # already stored
+        sample("b", "One.\nTwo."),
+        sample("b", "One.\nTwo."),  # the same sample twice in the file
+        sample("c", "One.\nTwo."),  # the same text under another key
+    )
+
+    run_import("import_solutions", str(second))
+
+    out = capsys.readouterr().out
+    assert "read 4 record(s); created 1 solutions; 1 already present; 2 duplicate(s) within the input" in out
+    assert sorted(Solution.objects.values_list("source_key", flat=True)) == ["a", "b"]
+
+
+@pytest.mark.django_db
+def test_a_source_key_naming_two_different_samples_is_refused(tmp_path: Path) -> None:
+    run_import("import_problems", str(jsonl(tmp_path / "math.jsonl", *MATH_ROWS)))
+    clash = jsonl(tmp_path / "clash.jsonl", sample("a"), sample("a", "Other.\nSteps."))
+    with pytest.raises(CommandError, match=r"clash.jsonl:2: source_key: 'a' already names a different sample at .*:1"):
+        run_import("import_solutions", str(clash))
+    assert not Solution.objects.exists()
+
+    run_import("import_solutions", str(jsonl(tmp_path / "first.jsonl", sample("a"))))
+    later = jsonl(tmp_path / "later.jsonl", sample("b", "Fine.\nSteps."), sample("a", "Other.\nSteps."))
+    with pytest.raises(CommandError, match=r"later.jsonl:2: source_key: 'a' already names solution \d+"):
+        run_import("import_solutions", str(later))
+    assert list(Solution.objects.values_list("source_key", flat=True)) == ["a"]
+
+
+@pytest.mark.django_db
+def test_exports_of_imported_samples_carry_the_extracted_answer_and_no_provenance(tmp_path: Path) -> None:
+    from django.utils import timezone
+
+    from labeling.data.exports import iter_prm800k_records
+    from labeling.models import Assignment, AssignmentStatus, Generation, Task
+    from tests.labeling.workflow_factories import make_labeler
+
+    run_import("import_problems", str(jsonl(tmp_path / "math.jsonl", *MATH_ROWS)))
+    run_import("import_solutions", str(jsonl(tmp_path / "pool.jsonl", sample("GPT-4|0-Shot"))))
+    task = Task.objects.create(generation=Generation.objects.create(number=0), solution=Solution.objects.get())
+    Assignment.objects.create(
+        task=task,
+        labeler=make_labeler(),
+        status=AssignmentStatus.SUBMITTED,
+        submitted_at=timezone.now(),
+        finish_reason="solution",
+    )
+
+    (record,) = iter_prm800k_records()
+
+    assert record["question"]["pre_generated_answer"] == "-1"
+    assert record["question"]["pre_generated_steps"] == SAMPLE.split("\n")
+    assert "source_key" not in json.dumps(record) and "GPT-4|0-Shot" not in json.dumps(record)
 
 
 @pytest.mark.django_db

@@ -67,6 +67,19 @@ def test_it_plots_the_campaign(staff_client: Client, django_assert_max_num_queri
 
 
 @pytest.mark.django_db
+def test_it_shows_solutions_without_an_answer_apart_from_wrong_ones(staff_client: Client) -> None:
+    generation = make_generation(number=2)
+    verdicts = [(True, "equivalent"), (False, "different"), (None, "no answer found"), (None, "")]
+    for correct, note in verdicts:
+        solution = make_task(generation=generation).solution
+        solution.is_correct, solution.grading_note = correct, note
+        solution.save(update_fields=["is_correct", "grading_note"])
+    page = staff_client.get("/dashboard/").content.decode()
+    for part in ("correct", "wrong", "no answer", "ungraded"):
+        assert f"gen 2, {part}: 1 (25.0 %)" in page
+
+
+@pytest.mark.django_db
 def test_it_shows_agreement_with_gold_per_labeler(staff_client: Client) -> None:
     from labeling.models import Task
     from labeling.quality.gold import GoldStepSpec, gold_set

@@ -1,0 +1,52 @@
+"""Selectors: solutions chosen by what they are, for the commands that grade and score
+them (``--split``, ``--problem``, ``--generation``, id ranges)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from django.db.models import Exists, OuterRef, Q, QuerySet
+
+from labeling.models import Solution, Task
+
+
+def never_graded_q() -> Q:
+    """Solutions no grading has looked at: every grading writes a note, also "no answer
+    found" and "no reference answer", which leave ``is_correct`` null."""
+    return Q(is_correct__isnull=True, grading_note="")
+
+
+def solutions_matching(
+    *,
+    splits: Sequence[str] = (),
+    problem_ids: Sequence[str] = (),
+    generations: Sequence[int] = (),
+    first_id: int | None = None,
+    last_id: int | None = None,
+) -> QuerySet[Solution]:
+    """Solutions with steps (not phase-1 placeholders) that match every filter given.
+
+    ``splits``: the problem's ``Problem.split``. ``problem_ids``: ``Problem.unique_id``
+    values; one ending in ``*`` is a prefix (``champ/*``). ``generations``:
+    ``Generation.number`` values; a solution belongs to a generation when it was served
+    there as a task.
+    """
+    queryset = Solution.objects.filter(steps__isnull=False)
+    if splits:
+        queryset = queryset.filter(problem__split__in=splits)
+    if problem_ids:
+        match = Q()
+        for problem in problem_ids:
+            prefix = problem.endswith("*")
+            match |= Q(problem__unique_id__startswith=problem[:-1]) if prefix else Q(problem__unique_id=problem)
+        queryset = queryset.filter(match)
+    if generations:
+        # EXISTS rather than a join: a solution served in several generations stays one row.
+        queryset = queryset.filter(
+            Exists(Task.objects.filter(solution_id=OuterRef("pk"), generation__number__in=generations))
+        )
+    if first_id is not None:
+        queryset = queryset.filter(id__gte=first_id)
+    if last_id is not None:
+        queryset = queryset.filter(id__lte=last_id)
+    return queryset
