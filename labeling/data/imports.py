@@ -44,12 +44,29 @@ class ImportResult:
     duplicates: int = 0
     dry_run: bool = False
 
+    @property
+    def nothing_created(self) -> bool:
+        return not any(self.created.values())
+
     def summary(self) -> str:
         made = ", ".join(f"{count} {name}" for name, count in sorted(self.created.items()) if count) or "nothing"
         verb = "would create" if self.dry_run else "created"
         skipped = f"; {self.skipped} already present" if self.skipped else ""
         duplicates = f"; {self.duplicates} duplicate(s) within the input" if self.duplicates else ""
-        return f"read {self.read} record(s); {verb} {made}{skipped}{duplicates}"
+        line = f"read {self.read} record(s); {verb} {made}{skipped}{duplicates}"
+        if self.nothing_created:
+            line += f"\n{self.nothing_reason()}"
+        return line
+
+    def nothing_reason(self) -> str:
+        """Why an import that read its input created nothing, in words."""
+        imported = "would be imported" if self.dry_run else "was imported"
+        if self.read == 0:
+            return f"Nothing {imported}: the input holds no records (empty, or blank lines only)."
+        return (
+            f"Nothing {imported}: every one of the {self.read} record(s) was already present"
+            f"{' or repeated within the input' if self.duplicates else ''}."
+        )
 
 
 def progress_tick(progress: Progress | None) -> None:

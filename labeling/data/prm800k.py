@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import uuid
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -317,25 +318,30 @@ def open_text(path: Path) -> IO[bytes]:
     return path.open("rb")
 
 
-def iter_lines(path: Path) -> Iterator[tuple[int, bytes]]:
-    """Non-blank lines with their 1-based line numbers."""
-    with open_text(path) as handle:
-        for number, raw in enumerate(handle, 1):
-            if raw.strip():
-                yield number, raw
-
-
 def iter_json_objects(path: Path) -> Iterator[tuple[int, Any]]:
-    """Decoded JSON values per line; malformed JSON raises RecordError."""
+    """Decoded JSON values per line; malformed JSON or an unreadable file raises RecordError
+    naming the line where reading stopped (a truncated .gz breaks off after its last whole line)."""
     source = str(path)
+    number = 0
     try:
-        for number, raw in iter_lines(path):
-            try:
-                yield number, orjson.loads(raw)
-            except orjson.JSONDecodeError as exc:
-                raise RecordError(source=source, line=number, field="", message=f"malformed JSON: {exc}") from None
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
-        raise RecordError(source=source, line=0, field="", message=f"cannot read file: {exc}") from None
+        with open_text(path) as handle:
+            for number, raw in enumerate(handle, 1):
+                if not raw.strip():
+                    continue
+                try:
+                    yield number, orjson.loads(raw)
+                except orjson.JSONDecodeError as exc:
+                    raise RecordError(source=source, line=number, field="", message=f"malformed JSON: {exc}") from None
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        where = f"after line {number}" if number else "before its first line"
+        raise RecordError(
+            source=source,
+            line=number + 1,
+            field="",
+            message=f"the compressed file breaks off {where} (truncated or corrupt: {exc})",
+        ) from None
+    except OSError as exc:
+        raise RecordError(source=source, line=number + 1, field="", message=f"cannot read file: {exc}") from None
 
 
 def iter_records(path: Path) -> Iterator[tuple[int, Record]]:

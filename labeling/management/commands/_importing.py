@@ -23,6 +23,11 @@ class ImportCommand(BaseCommand):
         parser.add_argument("files", nargs="+", type=Path, help=".jsonl files (.jsonl.gz also read)")
         parser.add_argument("--dry-run", action="store_true", help="validate everything, write nothing")
         parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+        parser.add_argument(
+            "--strict",
+            action="store_true",
+            help="exit with an error when nothing was imported (an empty input, or only records already present)",
+        )
 
     def run_import(self, service: Callable[..., ImportResult], options: dict[str, Any]) -> None:
         paths: list[Path] = options["files"]
@@ -39,4 +44,9 @@ class ImportCommand(BaseCommand):
             raise CommandError(f"the database refused the import ({exc}).\nNothing was written.") from None
         finally:
             bar.close()
+        if result.nothing_created:
+            if options["strict"]:
+                raise CommandError(f"{result.summary()}\n(--strict: an import that creates nothing is an error)")
+            self.stdout.write(self.style.WARNING(result.summary()))
+            return
         self.stdout.write(self.style.SUCCESS(result.summary()))

@@ -319,3 +319,61 @@ def test_it_names_a_bad_alternative(tmp_path: Path) -> None:
     )
     with pytest.raises(CommandError, match=r":1: alternatives\[0\]\.step: must be a step index in 0\.\.0"):
         run_import("import_solutions", str(pool))
+
+
+# --- Truncated files and imports that create nothing ----------------------------------------------
+
+
+def _truncated_gz(path: Path, rows: list[Any], keep: float) -> Path:
+    import gzip
+
+    whole = gzip.compress(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    path.write_bytes(whole[: int(len(whole) * keep)])
+    return path
+
+
+@pytest.mark.django_db
+def test_it_names_the_line_where_a_truncated_gz_file_breaks_off_and_writes_nothing(tmp_path: Path) -> None:
+    rows = [{**MATH_ROWS[0], "unique_id": f"test/prealgebra/{i}.json"} for i in range(400)]
+    path = _truncated_gz(tmp_path / "math.jsonl.gz", rows, keep=0.6)
+    with pytest.raises(CommandError) as failure:
+        run_import("import_problems", str(path))
+    message = str(failure.value)
+    # Not "line 0": the line after the last whole one, whichever way the stream breaks off.
+    line = int(message.split(":")[1])
+    assert 100 < line < 400, message
+    assert "breaks off after line" in message or "malformed JSON" in message, message
+    assert "Nothing was written" in message
+    assert Problem.objects.count() == 0
+
+
+@pytest.mark.django_db
+def test_it_says_plainly_that_an_empty_file_imported_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "empty.jsonl"
+    path.write_bytes(b"\n\n")
+    run_import("import_problems", str(path))
+    assert "Nothing was imported: the input holds no records" in capsys.readouterr().out
+    with pytest.raises(CommandError, match="holds no records"):
+        run_import("import_prm800k", str(path), "--strict")
+
+
+@pytest.mark.django_db
+def test_it_says_plainly_that_a_file_of_records_already_present_imported_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = jsonl(tmp_path / "math.jsonl", *MATH_ROWS)
+    run_import("import_problems", str(path))
+    capsys.readouterr()
+    run_import("import_problems", str(path))
+    assert "Nothing was imported: every one of the 2 record(s) was already present" in capsys.readouterr().out
+    with pytest.raises(CommandError, match="--strict"):
+        run_import("import_problems", str(path), "--strict")
+    # --strict with something new to import succeeds.
+    run_import(
+        "import_problems",
+        str(jsonl(tmp_path / "more.jsonl", {**MATH_ROWS[0], "unique_id": "test/x/9.json"})),
+        "--strict",
+    )
+    assert Problem.objects.count() == 3
