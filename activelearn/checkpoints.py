@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
+from activelearn.liveness import Pulse
 from activelearn.models import CheckpointStatus, PRMCheckpoint
 from activelearn.training_data import (
     OverlappingSplitsError,
@@ -141,6 +142,16 @@ def checkpoint_transition(*, checkpoint_id: int, to: CheckpointStatus, **fields:
     return updated == 1
 
 
+def checkpoint_alive(*, checkpoint_id: int) -> bool:
+    """The training worker's pulse (activelearn.liveness); False when the row left TRAINING."""
+    return (
+        PRMCheckpoint.objects.filter(pk=checkpoint_id, status=CheckpointStatus.TRAINING).update(
+            heartbeat_at=timezone.now()
+        )
+        == 1
+    )
+
+
 def checkpoint_heartbeat(*, checkpoint_id: int, steps_done: int, steps_total: int) -> bool:
     """Record liveness and progress; False when the row is no longer TRAINING."""
     updated = PRMCheckpoint.objects.filter(pk=checkpoint_id, status=CheckpointStatus.TRAINING).update(
@@ -171,20 +182,21 @@ def checkpoint_create(
     base_filters = filters or TrainingDataFilters()
     data_filters = TrainingDataFilters.from_json({**base_filters.to_json(), "through_generation": through_generation})
     root = Path(output_root if output_root is not None else settings.CHECKPOINT_DIR)
-    with transaction.atomic():
-        checkpoint = PRMCheckpoint.objects.create(
-            base_model=base_model,
-            trained_through_generation=through_generation,
-            hyperparameters={
-                "train": overrides,
-                "data": data_filters.to_json(),
-                "validation_data": None if validation_filters is None else validation_filters.to_json(),
-            },
-            heartbeat_at=timezone.now(),
-        )
-        # The id names the directory, so it is set after the insert.
-        checkpoint.output_dir = str(root / f"checkpoint-{checkpoint.pk}")
-        checkpoint.save(update_fields=["output_dir"])
+    run_id = uuid.uuid4()
+    checkpoint = PRMCheckpoint.objects.create(
+        run_id=run_id,
+        base_model=base_model,
+        trained_through_generation=through_generation,
+        hyperparameters={
+            "train": overrides,
+            "data": data_filters.to_json(),
+            "validation_data": None if validation_filters is None else validation_filters.to_json(),
+        },
+        heartbeat_at=timezone.now(),
+        # Named by the run id, never by the row id: ids are reused after a restore or a
+        # recreated database, and a new run must not find an old run's files where it looks.
+        output_dir=str(root / f"run-{run_id.hex}"),
+    )
     return checkpoint
 
 
@@ -228,20 +240,27 @@ def checkpoint_run(
     PRMCheckpoint.objects.filter(pk=checkpoint_id).update(started_at=timezone.now(), heartbeat_at=timezone.now())
     started = time.monotonic()
     try:
-        if training_set is None:
-            training_set = checkpoint_training_set(checkpoint=checkpoint)
-        if not training_set.train:
-            raise NoTrainingDataError("no labeled solutions to train on (check the filters and --through-generation)")
-        options = dict(checkpoint.hyperparameters.get("train", {}))
-        options["neutral"] = training_set.neutral
-        config = TrainConfig(output_dir=Path(checkpoint.output_dir), backbone=checkpoint.base_model, **options)
-        result = train_prm(
-            training_set.train,
-            config,
-            validation=training_set.validation,
-            progress=_heartbeat_progress(checkpoint_id, progress),
-            on_epoch=None if on_epoch is None else (lambda report: on_epoch(asdict(report))),
-        )
+        # The pulse keeps the claim fresh from its own thread through the silent stretches
+        # (building the set, loading the backbone, features); progress ticks tell it the
+        # run still moves (activelearn.liveness).
+        with Pulse(lambda: checkpoint_alive(checkpoint_id=checkpoint_id)) as pulse:
+            if training_set is None:
+                training_set = checkpoint_training_set(checkpoint=checkpoint)
+            if not training_set.train:
+                raise NoTrainingDataError(
+                    "no labeled solutions to train on (check the filters and --through-generation)"
+                )
+            options = dict(checkpoint.hyperparameters.get("train", {}))
+            options["neutral"] = training_set.neutral
+            config = TrainConfig(output_dir=Path(checkpoint.output_dir), backbone=checkpoint.base_model, **options)
+            result = train_prm(
+                training_set.train,
+                config,
+                validation=training_set.validation,
+                progress=_heartbeat_progress(checkpoint_id, progress, pulse),
+                on_epoch=None if on_epoch is None else (lambda report: on_epoch(asdict(report))),
+                run_id=checkpoint.run_id.hex,
+            )
     except BaseException as error:
         checkpoint_transition(
             checkpoint_id=checkpoint_id,
@@ -338,11 +357,12 @@ def checkpoint_train(
     return checkpoint_run(checkpoint_id=checkpoint.pk, training_set=training_set, progress=progress, on_epoch=on_epoch)
 
 
-def _heartbeat_progress(checkpoint_id: int, progress: Progress | None) -> Progress:
+def _heartbeat_progress(checkpoint_id: int, progress: Progress | None, pulse: Pulse) -> Progress:
     last = 0.0
 
     def callback(step: int, total: int, loss: float) -> None:
         nonlocal last
+        pulse.tick()
         now = time.monotonic()
         # Step 0: work before the first optimizer step (a head-only run's features).
         if step == 1 or step == total or now - last >= HEARTBEAT_INTERVAL_S:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 from django.db import models
 from django.db.models import Q
 
@@ -20,6 +22,10 @@ class PRMCheckpoint(models.Model):
     State changes go through ``activelearn.checkpoints.checkpoint_transition`` only.
     """
 
+    # This training run's identity: it names the output directory and is written into the
+    # directory's manifest, so a run never adopts files written by another one (row ids are
+    # reused after a restore or a recreated database; a random id is not).
+    run_id = models.UUIDField(default=uuid.uuid4, editable=False)
     # The final model directory; empty until READY.
     path = models.CharField(max_length=500, blank=True, default="")
     # The run's working directory (intermediate checkpoints). Kept on the row so that a
@@ -71,6 +77,7 @@ class PRMCheckpoint(models.Model):
             models.CheckConstraint(
                 condition=~Q(status=CheckpointStatus.READY) | ~Q(path=""), name="prm_checkpoint_ready_has_path"
             ),
+            models.UniqueConstraint(fields=["run_id"], name="prm_checkpoint_run_id_unique"),
         ]
         indexes = [
             # The reconciler: TRAINING rows with a stale heartbeat.

@@ -7,6 +7,7 @@ and wraps the model in DDP; nothing here talks to torch.distributed directly.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -57,6 +58,9 @@ CHECKPOINT_PREFIX = "checkpoint-"
 TRAINER_STATE_FILE = "trainer_state.json"
 FINAL_DIR = "final"
 RESULT_FILE = "result.json"
+# Who owns an output directory: the run id, backbone and data fingerprint of the run that
+# wrote it. Resuming adopts only a directory whose manifest matches (``output_dir_claim``).
+RUN_MANIFEST_FILE = "run.json"
 
 
 @dataclass
@@ -239,6 +243,55 @@ def class_weights(sequences: Sequence[LabeledSequence], classes: int) -> torch.T
     return weights.float()
 
 
+class ForeignRunError(RuntimeError):
+    """The output directory holds the files of another training run; nothing was touched."""
+
+
+def data_fingerprint(train: Sequence[LabeledSequence], validation: Sequence[LabeledSequence]) -> str:
+    """sha256 of exactly what the run trains and validates on (ids and labels, in order)."""
+    digest = hashlib.sha256()
+    for part, sequences in (("train", train), ("validation", validation)):
+        digest.update(part.encode())
+        for sequence in sequences:
+            digest.update(
+                json.dumps([sequence.input_ids, sequence.label_positions, sequence.label_classes]).encode() + b"\n"
+            )
+    return digest.hexdigest()
+
+
+def output_dir_claim(output_dir: Path, manifest: dict[str, str]) -> None:
+    """Make ``output_dir`` this run's before anything in it is read or written.
+
+    Ids of database rows are reused after a restore or a recreated database, so a
+    directory named after a row could hold another run's checkpoints; resuming from them
+    would train nothing and report someone else's model as this run's. A directory is
+    adopted only when its manifest names this run. The same run with other data or
+    another backbone (labels arrived between a crash and the retry) starts over.
+    """
+    path = output_dir / RUN_MANIFEST_FILE
+    trained = [
+        p for p in output_dir.iterdir() if p.name in (FINAL_DIR, RESULT_FILE) or p.name.startswith(CHECKPOINT_PREFIX)
+    ]
+    if path.exists():
+        found = json.loads(path.read_text())
+        if found.get("run_id") != manifest["run_id"]:
+            raise ForeignRunError(
+                f"{output_dir} belongs to training run {found.get('run_id')!r}, not {manifest['run_id']!r}; "
+                "refusing to resume from or overwrite it"
+            )
+        if found == manifest:
+            return
+        logger.warning("%s: same run, different data or backbone than its checkpoints; starting over", output_dir)
+        for stale in trained:
+            shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
+    elif trained:
+        raise ForeignRunError(
+            f"{output_dir} holds checkpoints without a run manifest (another run's, or from before manifests); "
+            "refusing to resume from or overwrite them"
+        )
+    _write_atomically(path, json.dumps(manifest, indent=1, sort_keys=True))
+
+
 def train_prm(
     solutions: Sequence[LabeledSolution | StepExample],
     config: TrainConfig,
@@ -246,8 +299,14 @@ def train_prm(
     validation: Sequence[LabeledSolution | StepExample] | None = None,
     progress: ProgressCallback | None = None,
     on_epoch: Callable[[EpochReport], None] | None = None,
+    run_id: str | None = None,
 ) -> TrainResult:
     """Train, checkpointing into ``config.output_dir``; resumes if a checkpoint is there.
+
+    With ``run_id`` (the product always passes one) the directory must be this run's: its
+    manifest must name the run, backbone and data, or ``ForeignRunError`` is raised before
+    anything is read (see ``output_dir_claim``). Without one, a checkpoint made with
+    another seed is refused, as before.
 
     With ``validation=None`` the solutions are split by problem id (``val_fraction``), so a
     problem never lands on both sides. After every epoch the validation set is evaluated
@@ -264,8 +323,6 @@ def train_prm(
     accelerator = Accelerator(mixed_precision="bf16" if bf16 else "no", cpu=config.cpu)
     if accelerator.is_main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
-        sweep_scratch(output_dir)
-    accelerator.wait_for_everyone()
 
     if validation is None:
         train_items, val_items = split_by_problem(list(solutions), config.val_fraction, config.split_salt)
@@ -284,6 +341,18 @@ def train_prm(
     encoder = model.step_encoder(tokenizer)
     train_sequences = encode_examples(encoder, train_examples)
     val_sequences = encode_examples(encoder, val_examples)
+    if accelerator.is_main_process:
+        if run_id is not None:
+            output_dir_claim(
+                output_dir,
+                {
+                    "run_id": run_id,
+                    "base_model": config.backbone,
+                    "data_fingerprint": data_fingerprint(train_sequences, val_sequences),
+                },
+            )
+        sweep_scratch(output_dir)
+    accelerator.wait_for_everyone()
     if config.class_weighting == "balanced":
         model.class_weights = class_weights(train_sequences, len(model.prm_config.label_names))
     elif config.class_weighting != "none":

@@ -3,6 +3,7 @@ from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
 
 from activelearn.checkpoints import (
     TRAIN_CONFIG_KEYS,
@@ -16,7 +17,7 @@ from activelearn.checkpoints import (
 from activelearn.models import CheckpointStatus, PRMCheckpoint, SolutionScore
 from activelearn.prm.modeling import ProcessRewardModel
 from activelearn.prm.scoring import score_solutions
-from activelearn.prm.training import TrainConfig
+from activelearn.prm.training import ForeignRunError, TrainConfig, output_dir_claim
 from activelearn.solution_scoring import solutions_score, solutions_score_range
 from labeling.models import Problem
 
@@ -39,7 +40,7 @@ def test_it_trains_a_checkpoint_end_to_end_through_the_command(checkpoint_dir, c
     )  # fmt: skip
     checkpoint = PRMCheckpoint.objects.get()
     assert checkpoint.status == CheckpointStatus.READY and checkpoint.error == ""
-    assert Path(checkpoint.path) == checkpoint_dir / f"checkpoint-{checkpoint.pk}" / "final"
+    assert Path(checkpoint.path) == checkpoint_dir / f"run-{checkpoint.run_id.hex}" / "final"
     assert (Path(checkpoint.path) / "prm_config.json").is_file()
     assert checkpoint.base_model == "tiny:bert" and checkpoint.trained_through_generation is None
     assert checkpoint.hyperparameters["train"]["learning_rate"] == 1e-2
@@ -110,6 +111,82 @@ def test_it_resumes_a_failed_run_from_its_last_saved_step(checkpoint_dir):
     assert resumed.metrics["resumed_from_step"] == 2
     # A second run of a READY checkpoint (a redelivered task) changes nothing.
     assert checkpoint_run(checkpoint_id=checkpoint.pk).finished_at == resumed.finished_at
+
+
+def _crashed_run(seed: int) -> PRMCheckpoint:
+    """A run killed after its second optimizer step: its directory holds checkpoint 2."""
+    keyword_labels(24, seed=seed)
+    checkpoint = checkpoint_create(
+        base_model="tiny:bert", through_generation=None, config={**TINY_CONFIG, "checkpoint_every": 1}
+    )
+
+    def crash_at_two(step, total, loss):
+        if step == 2:
+            raise RuntimeError("worker died")
+
+    with pytest.raises(RuntimeError):
+        checkpoint_run(checkpoint_id=checkpoint.pk, progress=crash_at_two)
+    checkpoint.refresh_from_db()
+    assert (Path(checkpoint.output_dir) / "checkpoint-00000002").is_dir()
+    return checkpoint
+
+
+def _restart_checkpoint_ids() -> None:
+    # What a recreated database (or a restored backup) does: row ids start again.
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT setval(pg_get_serial_sequence('activelearn_prmcheckpoint', 'id'), 1, false)")
+        else:
+            cursor.execute("DELETE FROM sqlite_sequence WHERE name = 'activelearn_prmcheckpoint'")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_trains_from_scratch_when_a_recreated_database_reuses_the_row_id(checkpoint_dir):
+    old = _crashed_run(seed=11)
+    old_files = sorted(p.name for p in Path(old.output_dir).iterdir())
+    PRMCheckpoint.objects.all().delete()
+    _restart_checkpoint_ids()
+
+    new = checkpoint_create(
+        base_model="tiny:bert", through_generation=None, config={**TINY_CONFIG, "checkpoint_every": 1}
+    )
+    assert new.pk == old.pk  # the situation: same row id, same CHECKPOINT_DIR
+    assert new.output_dir != old.output_dir
+    trained = checkpoint_run(checkpoint_id=new.pk)
+    assert trained.status == CheckpointStatus.READY
+    assert trained.metrics["resumed_from_step"] == 0
+    assert trained.steps_done == trained.metrics["optimizer_steps"] > 2
+    # The old run's files are left as they were.
+    assert sorted(p.name for p in Path(old.output_dir).iterdir()) == old_files
+
+
+def test_it_refuses_to_resume_from_a_directory_another_run_wrote(checkpoint_dir):
+    old = _crashed_run(seed=12)
+    old_files = sorted(p.name for p in Path(old.output_dir).iterdir())
+    other = checkpoint_create(base_model="tiny:bert", through_generation=None, config=TINY_CONFIG)
+    PRMCheckpoint.objects.filter(pk=other.pk).update(output_dir=old.output_dir)
+
+    with pytest.raises(ForeignRunError, match="belongs to training run"):
+        checkpoint_run(checkpoint_id=other.pk)
+    other.refresh_from_db()
+    assert other.status == CheckpointStatus.FAILED and "belongs to training run" in other.error
+    assert sorted(p.name for p in Path(old.output_dir).iterdir()) == old_files
+
+
+def test_it_starts_over_when_the_runs_data_changed_since_its_checkpoints(checkpoint_dir):
+    crashed = _crashed_run(seed=13)
+    keyword_labels(6, seed=14)  # labels submitted between the crash and the retry
+    retried = checkpoint_run(checkpoint_id=crashed.pk)
+    assert retried.status == CheckpointStatus.READY
+    assert retried.metrics["resumed_from_step"] == 0
+    assert retried.metrics["train_solutions"] + retried.metrics["validation_solutions"] == 30
+
+
+def test_it_refuses_checkpoints_without_a_manifest(tmp_path):
+    (tmp_path / "checkpoint-00000004").mkdir()
+    with pytest.raises(ForeignRunError, match="without a run manifest"):
+        output_dir_claim(tmp_path, {"run_id": "a", "base_model": "tiny:bert", "data_fingerprint": "f"})
+    assert (tmp_path / "checkpoint-00000004").is_dir()
 
 
 def test_it_stops_training_when_the_row_is_failed_from_outside(checkpoint_dir):
