@@ -50,6 +50,7 @@ from activelearn.checkpoints import (
     checkpoint_run,
     checkpoint_threshold,
 )
+from activelearn.liveness import Pulse
 from activelearn.models import (
     CheckpointStatus,
     GenerationRun,
@@ -644,18 +645,21 @@ def score_chunk_run(*, chunk_id: int) -> int:
     try:
         from activelearn.solution_scoring import solutions_score
 
-        for start in range(0, len(todo), settings.PIPELINE_SCORE_BATCH):
-            scored_here += solutions_score(
-                checkpoint=run.checkpoint,
-                solution_ids=todo[start : start + settings.PIPELINE_SCORE_BATCH],
-                batch_size=config.score_batch_size,
-                reduction=reduction,
-                neutral_as="negative" if config.neutral_as == "negative" else "positive",
-            )
-            if mine.update(heartbeat_at=timezone.now(), scored=len(done) + scored_here) != 1:
-                logger.warning("chunk %s: claim lost to another worker; stopping", chunk_id)
-                return scored_here
-            _scored_refresh(run_id=run.pk)
+        # The pulse covers loading the checkpoint and every batch (activelearn.liveness).
+        with Pulse(lambda: mine.update(heartbeat_at=timezone.now()) == 1) as pulse:
+            for start in range(0, len(todo), settings.PIPELINE_SCORE_BATCH):
+                scored_here += solutions_score(
+                    checkpoint=run.checkpoint,
+                    solution_ids=todo[start : start + settings.PIPELINE_SCORE_BATCH],
+                    batch_size=config.score_batch_size,
+                    reduction=reduction,
+                    neutral_as="negative" if config.neutral_as == "negative" else "positive",
+                )
+                pulse.tick()
+                if mine.update(heartbeat_at=timezone.now(), scored=len(done) + scored_here) != 1:
+                    logger.warning("chunk %s: claim lost to another worker; stopping", chunk_id)
+                    return scored_here
+                _scored_refresh(run_id=run.pk)
     except Exception as error:
         mine.update(status=ScoreChunkStatus.FAILED, error=_describe(error)[:ERROR_MAX], finished_at=timezone.now())
         generation_fail(
@@ -716,17 +720,19 @@ def generation_grade(*, generation_id: int) -> int:
         pool = run_pool_ids(run=run)
         GenerationRun.objects.filter(pk=run.pk).update(grade_total=len(pool))
         done = 0
-        for page in _pages(pool, settings.PIPELINE_GRADE_PAGE):
-            # Never graded: a note is written by every grading, also "no reference answer".
-            ungraded = list(
-                Solution.objects.filter(id__in=page, is_correct__isnull=True, grading_note="").values_list(
-                    "id", flat=True
+        with Pulse(lambda: _run_heartbeat(run=run, step=_S.GRADING)) as pulse:
+            for page in _pages(pool, settings.PIPELINE_GRADE_PAGE):
+                # Never graded: a note is written by every grading, also "no reference answer".
+                ungraded = list(
+                    Solution.objects.filter(id__in=page, is_correct__isnull=True, grading_note="").values_list(
+                        "id", flat=True
+                    )
                 )
-            )
-            graded_now += solutions_grade(solution_ids=ungraded, timeout_s=config.grade_timeout_s)
-            done += len(page)
-            if not _run_heartbeat(run=run, step=_S.GRADING, graded=done):
-                return graded_now
+                graded_now += solutions_grade(solution_ids=ungraded, timeout_s=config.grade_timeout_s)
+                done += len(page)
+                pulse.tick()
+                if not _run_heartbeat(run=run, step=_S.GRADING, graded=done):
+                    return graded_now
     except Exception as error:
         generation_fail(generation_id=generation_id, error=f"grading: {_describe(error)}", step=_S.GRADING)
         raise

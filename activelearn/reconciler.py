@@ -24,11 +24,13 @@ looping forever (a hard time limit that kills it every time, say).
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
@@ -90,6 +92,49 @@ def pipeline_reconcile(*, now: datetime | None = None) -> ReconcileReport:
             generation_dispatch(generation_id=run.generation_id)
         report.redispatched.append(run.generation_id)
     return report
+
+
+def pipeline_reconcile_at_worker_start(*, queues: Iterable[str]) -> threading.Timer | None:
+    """Reconcile when a pipeline worker starts, so recovery does not hang on beat alone.
+
+    A worker restarted after a crash (a container's restart policy, systemd) finds its
+    predecessor's claims still fresh: they go stale ``PIPELINE_HEARTBEAT_STALE_S`` after the
+    crash. So one pass runs now (anything already stale: a worker that was down for a while)
+    and one when a claim made just before this start would have gone stale. Workers that
+    consume no pipeline queue (exports only, tests' private queues) do neither. Returns the
+    timer of the second pass.
+    """
+    if not settings.PIPELINE_RECONCILE_AT_WORKER_START or not set(queues) & {
+        settings.PIPELINE_CPU_QUEUE,
+        settings.PIPELINE_GPU_QUEUE,
+    }:
+        return None
+    _reconcile_logged("at worker start")
+    later = threading.Timer(
+        settings.PIPELINE_HEARTBEAT_STALE_S + settings.PIPELINE_HEARTBEAT_EVERY_S,
+        _reconcile_in_thread,
+        args=("after worker start",),
+    )
+    later.daemon = True
+    later.start()
+    return later
+
+
+def _reconcile_logged(when: str) -> None:
+    try:
+        report = pipeline_reconcile()
+        if report.redispatched or report.chunks_requeued or report.failed:
+            logger.warning("reconciled %s: %s", when, report)
+    except Exception:
+        # A database that is not up yet must not stop the worker; beat (or the next start) retries.
+        logger.exception("reconcile %s failed", when)
+
+
+def _reconcile_in_thread(when: str) -> None:
+    try:
+        _reconcile_logged(when)
+    finally:
+        connection.close()  # this thread's own
 
 
 def _reconcile_scoring(*, run: GenerationRun, before: datetime, report: ReconcileReport) -> None:

@@ -9,6 +9,11 @@ Services import torch lazily, so enqueueing from the web process never loads it.
 
 from __future__ import annotations
 
+from typing import Any
+
+from celery.signals import worker_ready
+from django.db import connections
+
 from activelearn.models import PRMCheckpoint
 from annotate.celery import task
 
@@ -93,6 +98,21 @@ def generation_select_task(generation_id: int) -> int:
     from activelearn.pipeline import generation_select
 
     return generation_select(generation_id=generation_id)
+
+
+def reconcile_at_worker_start(sender: Any, **kwargs: Any) -> None:
+    from activelearn.reconciler import pipeline_reconcile_at_worker_start
+
+    # The sender is the worker's consumer; its task consumer knows the queues it serves.
+    queues = [queue.name for queue in sender.task_consumer.queues]
+    try:
+        pipeline_reconcile_at_worker_start(queues=queues)
+    finally:
+        # The worker's main process forks pool children: it keeps no connection open.
+        connections.close_all()
+
+
+worker_ready.connect(reconcile_at_worker_start)
 
 
 @task()

@@ -410,14 +410,29 @@ PIPELINE_SCORE_CHUNK_SIZE = envint("PIPELINE_SCORE_CHUNK_SIZE", 2000, minimum=1)
 PIPELINE_SCORE_BATCH = envint("PIPELINE_SCORE_BATCH", 256, minimum=1)
 # Solutions graded per page (one heartbeat each).
 PIPELINE_GRADE_PAGE = envint("PIPELINE_GRADE_PAGE", 200, minimum=1)
-# A claimed step or chunk whose heartbeat is older than this belongs to a dead worker.
-# Longer than the longest gap between heartbeats (loading a model, building a training
-# set happen before the first one).
-PIPELINE_HEARTBEAT_STALE_S = envint("PIPELINE_HEARTBEAT_STALE_S", 15 * 60, minimum=1)
+# Recovery from a dead worker (activelearn.liveness, docs/operations.md "Recovery"): a
+# claimed step or chunk is refreshed by its worker's pulse thread every
+# PIPELINE_HEARTBEAT_EVERY_S, whatever the work is doing; older than
+# PIPELINE_HEARTBEAT_STALE_S it belongs to a dead worker and the reconciler (every
+# PIPELINE_RECONCILE_EVERY_S, and at every worker start) hands it on. With the defaults a
+# killed worker's step is running again within stale + reconcile period = 90 s. A worker
+# that lives but makes no progress for PIPELINE_STALL_S (hung) stops its pulse, so its
+# claim goes stale then.
+PIPELINE_HEARTBEAT_EVERY_S = envint("PIPELINE_HEARTBEAT_EVERY_S", 10, minimum=1)
+PIPELINE_HEARTBEAT_STALE_S = envint("PIPELINE_HEARTBEAT_STALE_S", 60, minimum=1)
+PIPELINE_STALL_S = envint("PIPELINE_STALL_S", 15 * 60, minimum=1)
+if PIPELINE_HEARTBEAT_STALE_S < 2 * PIPELINE_HEARTBEAT_EVERY_S:
+    raise ImproperlyConfigured(
+        f"PIPELINE_HEARTBEAT_STALE_S ({PIPELINE_HEARTBEAT_STALE_S}) must be at least two heartbeats "
+        f"(2 x PIPELINE_HEARTBEAT_EVERY_S = {2 * PIPELINE_HEARTBEAT_EVERY_S}), or a live worker looks dead"
+    )
 # A step (or chunk) claimed this many times without finishing fails the generation
 # instead of being re-enqueued forever (e.g. killed by its hard time limit every time).
 PIPELINE_MAX_ATTEMPTS = envint("PIPELINE_MAX_ATTEMPTS", 3, minimum=1)
-PIPELINE_RECONCILE_EVERY_S = envint("PIPELINE_RECONCILE_EVERY_S", 60, minimum=1)
+PIPELINE_RECONCILE_EVERY_S = envint("PIPELINE_RECONCILE_EVERY_S", 30, minimum=1)
+# A worker consuming a pipeline queue reconciles when it starts and once more a stale
+# interval later (activelearn.reconciler.pipeline_reconcile_at_worker_start).
+PIPELINE_RECONCILE_AT_WORKER_START = envbool("PIPELINE_RECONCILE_AT_WORKER_START", True)
 # Soft time limits per task kind; the hard limit is 5 minutes later. Enforced by prefork
 # workers only (the solo pool of GPU workers ignores them; heartbeats cover those).
 PIPELINE_TRAIN_TIME_LIMIT_S = envint("PIPELINE_TRAIN_TIME_LIMIT_S", 5 * 3600, minimum=60)

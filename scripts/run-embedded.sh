@@ -13,8 +13,10 @@ $PY manage.py migrate --no-input
 $PY manage.py createcachetable
 $PY manage.py load_demo
 
+# --beat: the one beat of this deployment runs inside the worker (the reconciler
+# every 30 s, the cadence when configured); its schedule file is disposable.
 $PY -m celery -A annotate worker --loglevel=INFO --queues=cpu,gpu --pool=solo \
-    --logfile=var/celery-worker.log &
+    --beat --schedule=var/celerybeat-schedule --logfile=var/celery-worker.log &
 WORKER=$!
 trap 'kill $WORKER 2>/dev/null || true; wait $WORKER 2>/dev/null || true' EXIT INT TERM
 

@@ -65,6 +65,10 @@ def start_worker(transactional_db, queue, tmp_path) -> Iterator[Callable[[], Wor
             "PIPELINE_GPU_QUEUE": queue,
             "PIPELINE_CPU_QUEUE": queue,
             "PIPELINE_HEARTBEAT_STALE_S": str(STALE_S),
+            "PIPELINE_HEARTBEAT_EVERY_S": "1",
+            # These tests drive the reconciler themselves (test_fault_worker_restart covers
+            # the worker's own pass at start).
+            "PIPELINE_RECONCILE_AT_WORKER_START": "false",
             "PIPELINE_SCORE_CHUNK_SIZE": "3",
             "PIPELINE_SCORE_BATCH": "1",
         }

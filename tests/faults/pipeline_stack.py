@@ -22,6 +22,10 @@ def pipeline_env(tmp_path: Path, broker_url: str) -> dict[str, str]:
         "PIPELINE_GPU_QUEUE": QUEUE,
         "PIPELINE_CPU_QUEUE": QUEUE,
         "PIPELINE_HEARTBEAT_STALE_S": str(STALE_S),
+        "PIPELINE_HEARTBEAT_EVERY_S": "1",
+        # These tests drive the reconciler themselves (test_fault_worker_restart covers
+        # the worker's own pass at start).
+        "PIPELINE_RECONCILE_AT_WORKER_START": "false",
         "PIPELINE_SCORE_CHUNK_SIZE": "3",
         "PIPELINE_SCORE_BATCH": "1",
     }
