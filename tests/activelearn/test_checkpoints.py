@@ -131,13 +131,14 @@ def _crashed_run(seed: int) -> PRMCheckpoint:
     return checkpoint
 
 
-def _restart_checkpoint_ids() -> None:
-    # What a recreated database (or a restored backup) does: row ids start again.
+def _restart_checkpoint_ids(at: int) -> None:
+    # What a recreated database (or a restored backup) does: row ids are handed out again,
+    # from ``at`` (the old run's id; earlier tests may have moved the sequence past 1).
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            cursor.execute("SELECT setval(pg_get_serial_sequence('activelearn_prmcheckpoint', 'id'), 1, false)")
+            cursor.execute("SELECT setval(pg_get_serial_sequence('activelearn_prmcheckpoint', 'id'), %s, false)", [at])
         else:
-            cursor.execute("DELETE FROM sqlite_sequence WHERE name = 'activelearn_prmcheckpoint'")
+            cursor.execute("UPDATE sqlite_sequence SET seq = %s WHERE name = 'activelearn_prmcheckpoint'", [at - 1])
 
 
 @pytest.mark.django_db(transaction=True)
@@ -145,7 +146,7 @@ def test_it_trains_from_scratch_when_a_recreated_database_reuses_the_row_id(chec
     old = _crashed_run(seed=11)
     old_files = sorted(p.name for p in Path(old.output_dir).iterdir())
     PRMCheckpoint.objects.all().delete()
-    _restart_checkpoint_ids()
+    _restart_checkpoint_ids(at=old.pk)
 
     new = checkpoint_create(
         base_model="tiny:bert", through_generation=None, config={**TINY_CONFIG, "checkpoint_every": 1}
