@@ -175,10 +175,24 @@ def champ_records(problems: dict[str, Any]) -> tuple[list[dict[str, Any]], set[t
     return records, labeled
 
 
-def champ_pool(problem_ids: set[str], labeled: set[tuple[str, str]], per_problem: int) -> list[dict[str, Any]]:
-    """Up to ``per_problem`` unlabeled conversations per problem, in the demo's serving order."""
+def champ_pool(
+    problem_ids: set[str], labeled: set[tuple[str, str]], per_problem: int, problems: dict[str, Any],
+    records: list[dict[str, Any]],
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Up to ``per_problem`` unlabeled conversations per problem, in the demo's serving order.
+
+    A conversation whose steps are the steps of a labeled record is left out here, not
+    by ``evaluate_prm`` later: CHAMP's models often wrote the same text under several
+    conditions, and a pool filled with copies of the labeled two would leave best-of-16
+    with too few candidates per problem.
+    """
     from labeling.data.demo import read_champ
 
+    uid_of_problem = {row["problem"]: uid for uid, row in problems.items()}
+    labeled_steps: dict[str, set[tuple[str, ...]]] = {}
+    for record in records:
+        uid = uid_of_problem[record["question"]["problem"]]
+        labeled_steps.setdefault(uid, set()).add(tuple(record["question"]["pre_generated_steps"]))
     rows: list[dict[str, Any]] = []
     for problem in read_champ(solutions_per_problem=None):
         if problem.unique_id not in problem_ids:
@@ -188,6 +202,8 @@ def champ_pool(problem_ids: set[str], labeled: set[tuple[str, str]], per_problem
             if taken >= per_problem:
                 break
             if (problem.unique_id, solution.conversation) in labeled:
+                continue
+            if tuple(solution.steps) in labeled_steps.get(problem.unique_id, set()):
                 continue
             rows.append(
                 {
@@ -345,7 +361,9 @@ def main(argv: list[str] | None = None) -> int:
     numeric = {uid for uid in test_problems if _number(problems[uid]["answer"]) is not None}
     pooled = numeric if args.pool_numeric_only else test_problems
     pool_file = workdir / "champ-pool.jsonl"
-    pool_file.write_text("".join(json.dumps(r) + "\n" for r in champ_pool(pooled, labeled, args.pool)))
+    pool_file.write_text(
+        "".join(json.dumps(r) + "\n" for r in champ_pool(pooled, labeled, args.pool, problems, records))
+    )
     _manage(env, "import_solutions", str(pool_file))
 
     train_args = [f"--{item.split('=', 1)[0].replace('_', '-')}={item.split('=', 1)[1]}" for item in args.train_option]
