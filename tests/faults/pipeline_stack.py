@@ -9,7 +9,9 @@ from typing import Any
 from .conftest import connect, scenario
 
 QUEUE = "fault-pipeline"
-STALE_S = 2
+# Four heartbeats (one a second): a worker still loading its model on a busy CI
+# machine must not look dead, or the reconciler redispatches it until it gives up.
+STALE_S = 4
 # A random tiny model (tests.activelearn.label_factories.TINY_CONFIG): fast on a CPU.
 TINY = {"learning_rate": 1e-2, "num_epochs": 2, "batch_size": 8, "max_length": 64, "max_problem_tokens": 16,
         "warmup_ratio": 0.0, "checkpoint_every": 0, "val_fraction": 0.0, "max_steps": 2}  # fmt: skip
@@ -39,6 +41,10 @@ def one(database_url: str, sql: str, params: list[Any] | None = None) -> Any:
 
 def generation_status(database_url: str, generation: int) -> str:
     return str(one(database_url, "SELECT status FROM labeling_generation WHERE id = %s", [generation]))
+
+
+def generation_error(database_url: str, generation: int) -> str:
+    return str(one(database_url, "SELECT error FROM labeling_generation WHERE id = %s", [generation]))
 
 
 def reconcile_until_open(database_url: str, generation: int, env: dict[str, str], *, timeout: float) -> list[Any]:

@@ -6,7 +6,16 @@ import time
 from pathlib import Path
 
 from .conftest import kill_group, scenario, wait_for
-from .pipeline_stack import STALE_S, TINY, assert_completed_once, one, pipeline_env, reconcile_until_open
+from .pipeline_stack import (
+    STALE_S,
+    TINY,
+    assert_completed_once,
+    generation_error,
+    generation_status,
+    one,
+    pipeline_env,
+    reconcile_until_open,
+)
 
 POOL = 12
 TRAINING = {**TINY, "num_epochs": 100, "max_steps": 200, "checkpoint_every": 10, "keep_checkpoints": 2, "batch_size": 2}
@@ -48,7 +57,7 @@ def test_a_worker_killed_mid_training_is_resumed_from_its_last_checkpoint(
     assert reports and reports[0]["redispatched"] == [generation], reports
 
     status, steps_done, metrics = one(fault_db, "SELECT status, steps_done, metrics FROM activelearn_prmcheckpoint")
-    assert status == "ready"
+    assert status == "ready", (generation_status(fault_db, generation), generation_error(fault_db, generation), reports)
     assert steps_done == TRAINING["max_steps"]
     # Resumed from the newest checkpoint on disk at the kill (or a later one it saved
     # while dying), never from scratch.
