@@ -144,7 +144,7 @@ def test_a_worker_killed_while_scoring_is_replaced_and_the_generation_completes(
     assert chunks.count() == 8
 
     first = start_worker()
-    wait_for(lambda: chunks.filter(status=ScoreChunkStatus.RUNNING).exists(), timeout=60, logs=first.output, poll=0.02)
+    wait_for(lambda: chunks.filter(status=ScoreChunkStatus.RUNNING).exists(), timeout=180, logs=first.output, poll=0.02)
     first.process.send_signal(signal.SIGKILL)
     first.process.wait()
     killed = chunks.get(status=ScoreChunkStatus.RUNNING)
@@ -154,14 +154,14 @@ def test_a_worker_killed_while_scoring_is_replaced_and_the_generation_completes(
     # The killed chunk's message died with its worker; the rest are served.
     wait_for(
         lambda: list(chunks.exclude(status=ScoreChunkStatus.DONE).values_list("pk", flat=True)) == [killed.pk],
-        timeout=60,
+        timeout=180,
         logs=second.output,
     )
     time.sleep(STALE_S + 0.5)
     report = pipeline_reconcile()
     assert report.chunks_requeued == [killed.pk]
 
-    wait_for(lambda: settled(generation), timeout=90, logs=second.output)
+    wait_for(lambda: settled(generation), timeout=180, logs=second.output)
     assert generation.status == S.OPEN, generation.error
     killed.refresh_from_db()
     assert (killed.status, killed.attempts) == (ScoreChunkStatus.DONE, 2)
