@@ -74,6 +74,12 @@ def envpath(name: str, default: Path) -> Path:
 
 
 VAR_DIR = envpath("ANNOTATE_VAR_DIR", BASE_DIR / "var")
+# Parallel test workers (pytest-xdist) each get a var/ of their own, and so do the
+# worker processes they start (they inherit the variable): one worker's
+# checkpoints, exports and filesystem broker never meet another's, whose
+# database hands out the same ids.
+if _XDIST_WORKER := os.environ.get("PYTEST_XDIST_WORKER"):
+    VAR_DIR = VAR_DIR / f"test-{_XDIST_WORKER}"
 
 DEBUG = envbool("DEBUG", False)
 _DEV_SECRET = "insecure-dev-key-only-for-the-embedded-default-never-in-production"

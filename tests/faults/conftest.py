@@ -52,6 +52,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if Path(str(item.fspath)).parent == here:
             item.add_marker(pytest.mark.faults)
             item.add_marker(pytest.mark.slow)
+            # One private cluster and fixed ports: under pytest-xdist every fault
+            # test runs on the same worker, one after another.
+            item.add_marker(pytest.mark.xdist_group("faults"))
 
 
 def _missing(reason: str) -> None:
