@@ -30,12 +30,12 @@ run: install
 	bash scripts/run-embedded.sh
 
 # Two workers: much of the suite waits on processes it starts (servers, Celery
-# workers, a browser), so two share the machine's cores well. Fault tests keep to
-# one worker (xdist_group "faults"). TEST_WORKERS=0 runs in one process.
+# workers, a browser), so two share the machine's cores well. TEST_WORKERS=0 runs
+# in one process.
 TEST_WORKERS ?= 2
 
 test: install
-	$(VENV)/bin/pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
+	$(VENV)/bin/pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS))
 
 lint: install
 	$(VENV)/bin/ruff check .

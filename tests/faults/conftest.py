@@ -36,8 +36,13 @@ from django.conf import settings
 
 ROOT = Path(settings.BASE_DIR)
 REQUIRE_FULL_STACK = os.environ.get("REQUIRE_FULL_STACK") == "1"
-PG_PORT = int(os.environ.get("FAULT_PG_PORT", "55432"))
-REDIS_PORT = int(os.environ.get("FAULT_REDIS_PORT", "56379"))
+# Under pytest-xdist each worker takes ports of its own (gw0 the base ports, gw1
+# the next ones), so two fault tests can run side by side, each with its own
+# private cluster.
+WORKER_INDEX = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or "0")
+PG_PORT = int(os.environ.get("FAULT_PG_PORT", "55432")) + WORKER_INDEX
+REDIS_PORT = int(os.environ.get("FAULT_REDIS_PORT", "56379")) + WORKER_INDEX
+GUNICORN_PORT = 58765 + WORKER_INDEX
 TEMPLATE_DB = "annotate_fault_template"
 SECRET_KEY = "fault-tests-only-secret-key-0123456789abcdefghijklmnop"
 
@@ -52,9 +57,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if Path(str(item.fspath)).parent == here:
             item.add_marker(pytest.mark.faults)
             item.add_marker(pytest.mark.slow)
-            # One private cluster and fixed ports: under pytest-xdist every fault
-            # test runs on the same worker, one after another.
-            item.add_marker(pytest.mark.xdist_group("faults"))
 
 
 def _missing(reason: str) -> None:
@@ -332,7 +334,7 @@ def gunicorn(tmp_path: Path, static_root: Path) -> Iterator[Callable[..., Gunico
     servers: list[Gunicorn] = []
 
     def make(database_url: str, *, app: str = "annotate.wsgi", workers: int = 2, threads: int = 4,
-             port: int = 58765, **env: str) -> Gunicorn:  # fmt: skip
+             port: int = GUNICORN_PORT, **env: str) -> Gunicorn:  # fmt: skip
         args = [str(Path(sys.executable).parent / "gunicorn"), app, "-w", str(workers), "--worker-class", "gthread",
                 "--threads", str(threads), "-b", f"127.0.0.1:{port}", "--log-level", "warning",
                 "--graceful-timeout", "5", "--timeout", "60"]  # fmt: skip

@@ -53,7 +53,7 @@ def test_a_worker_killed_mid_training_is_resumed_from_its_last_checkpoint(
     # The killed worker's message waits for the visibility timeout (hours); the reconciler
     # notices the stale heartbeat and dispatches training again.
     time.sleep(STALE_S + 0.5)
-    reports = reconcile_until_open(fault_db, generation, env, timeout=240)
+    reports = reconcile_until_open(fault_db, generation, env, timeout=400)
     assert reports and reports[0]["redispatched"] == [generation], reports
 
     status, steps_done, metrics = one(fault_db, "SELECT status, steps_done, metrics FROM activelearn_prmcheckpoint")
