@@ -15,6 +15,7 @@ Skipped when the PostgreSQL or Redis binaries are missing, unless REQUIRE_FULL_S
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import glob
 import json
 import os
@@ -37,10 +38,12 @@ from django.conf import settings
 ROOT = Path(settings.BASE_DIR)
 REQUIRE_FULL_STACK = os.environ.get("REQUIRE_FULL_STACK") == "1"
 # Under pytest-xdist each worker takes ports of its own (gw0 the base ports, gw1
-# the next ones), so two fault tests can run side by side, each with its own
-# private cluster.
+# the next ones) and its own private cluster; the tests themselves still run
+# one at a time (one_fault_test_at_a_time), since their timings assume the
+# machine is not also running another kill-and-recover scenario.
 WORKER_INDEX = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or "0")
-PG_PORT = int(os.environ.get("FAULT_PG_PORT", "55432")) + WORKER_INDEX
+BASE_PG_PORT = int(os.environ.get("FAULT_PG_PORT", "55432"))
+PG_PORT = BASE_PG_PORT + WORKER_INDEX
 REDIS_PORT = int(os.environ.get("FAULT_REDIS_PORT", "56379")) + WORKER_INDEX
 GUNICORN_PORT = 58765 + WORKER_INDEX
 TEMPLATE_DB = "annotate_fault_template"
@@ -159,6 +162,14 @@ def child_env(**extra: str) -> dict[str, str]:
         "PYTHONPATH": str(ROOT),
         **extra,
     }
+
+
+@pytest.fixture(autouse=True)
+def one_fault_test_at_a_time() -> Iterator[None]:
+    """A lock shared by the xdist workers of one run (keyed by the base port)."""
+    with open(Path(tempfile.gettempdir()) / f"annotate-fault-tests-{BASE_PG_PORT}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 @pytest.fixture(scope="session")
