@@ -9,7 +9,7 @@ intervals; after each, what is stored (and shown) must be what a small pure
 model of the keys says the labeler meant.
 
 Repetitions reuse one browser page: the assignment is reset through the ORM
-and the page reloaded. ``TYPING_REPS`` sets how many per interval (default 3,
+and the page reloaded. ``TYPING_REPS`` sets how many per interval (default 2,
 what the suite affords; the issue's matrix is ``TYPING_REPS=20``).
 """
 
@@ -32,8 +32,8 @@ from tests.labeling.workflow_factories import make_generation, make_labeler, mak
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-REPS = int(os.environ.get("TYPING_REPS", "3"))
-STEP_COUNT = 70
+REPS = int(os.environ.get("TYPING_REPS", "2"))
+STEP_COUNT = 60
 STEPS = [f"Step {i + 1}: the quantity q{i + 1} equals {i + 2} times q{i}." for i in range(STEP_COUNT)]
 RATING_KEYS = 50
 
@@ -170,7 +170,7 @@ def _settle(page: Any, assignment: Assignment) -> dict[int, tuple[int | None, bo
         if now == last:
             return now
         last = now
-        time.sleep(0.6)
+        time.sleep(0.4)
     return _stored(assignment)
 
 
