@@ -263,6 +263,7 @@
 
   function submit() {
     var finish = document.getElementById("finish");
+    if (!finish && !queue) return;
     if (!finish) {
       flash("Enter submits once the submit box is shown: after every step is rated, or after the step you rated -1 and its candidates.");
       return;
@@ -322,9 +323,17 @@
       e.preventDefault();
       return;
     }
+    // Leaving the task (give up, bad problem) while presses are unsaved would
+    // close it under them: first the presses, then the rest.
+    var posting = queue && e.detail.requestConfig && e.detail.requestConfig.verb === "post";
+    if (posting && queue.busy()) {
+      e.preventDefault();
+      flash("Your last ratings are still being saved; try again in a moment.");
+      return;
+    }
     inflight += 1;
-    // Leaving the task (give up, bad problem): no key press may aim at it meanwhile.
-    if (queue && e.detail.requestConfig && e.detail.requestConfig.verb === "post") hold = hold || "Sending.";
+    // No key press may aim at a task that is being left.
+    if (posting) hold = hold || "Sending.";
   });
   document.addEventListener("htmx:afterRequest", function () {
     inflight = Math.max(0, inflight - 1);
