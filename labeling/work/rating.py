@@ -4,6 +4,10 @@ Each rating request carries the full state of one completion (rating and flag)
 and a ``version``: a counter the page increases with every click. A request is
 applied only when its version is newer than the stored one, so a repeated
 request changes nothing and a delayed one cannot overwrite a newer click.
+That is the plain-form path (no JS) and the API's. The rating screen sends key
+presses instead (``presses_apply``): each aimed at the assignment's state
+version the labeler saw, applied in order or refused (docs/architecture.md,
+"Key presses"). Both move ``Assignment.version`` on with every change.
 
 The stored trajectory is kept consistent after every write (labeling.work.progress):
 steps after the first -1 (or after an unrated step) are deleted in the same

@@ -221,6 +221,8 @@ def typing_task(live_server: Any, page: Any, slow_server: None) -> Iterator[tupl
     page.wait_for_selector("#c-0-0.cursor")
     assignment = Assignment.objects.get(task=task)
     _throttle(page)
+    # A throttled page on a busy machine loads slowly: a timeout here would say nothing about the keys.
+    page.set_default_timeout(60000)
     yield page, assignment
 
 
