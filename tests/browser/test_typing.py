@@ -247,6 +247,8 @@ def test_fast_typing_stores_exactly_the_typed_intent(typing_task: tuple[Any, Ass
             wrong.append(f"rep {rep + 1}: first mismatch {_first_mismatch(expected, stored)}")
         elif shown != stored:
             wrong.append(f"rep {rep + 1}: shown differs from stored: {_first_mismatch(stored, shown)} (shown)")
+        elif page.locator("form.completion.pending").count():
+            wrong.append(f"rep {rep + 1}: stored presses still marked as pending")
     summary = f"{interval_ms} ms: {len(wrong)}/{REPS} reps wrong" + (f", {wrong[0]}" if wrong else "")
     print(summary)
     assert not wrong, summary + "\n" + "\n".join(wrong)
@@ -362,3 +364,35 @@ def test_back_to_a_submitted_task_shows_it_read_only(live_server: Any, page: Any
     # The response itself says it must not be kept for Back.
     response = page.request.get(page.url)
     assert "no-store" in (response.headers.get("cache-control") or "")
+
+
+def test_a_press_is_pending_until_stored_and_taken_back_when_it_is_not(live_server: Any, page: Any) -> None:
+    assignment = _open_task(live_server, page, ["One.", "Two.", "Three."])
+    held: list[Any] = []
+    page.route("**/presses/", lambda route: held.append(route))
+
+    # Shown at once, marked pending, and the next step is there to rate.
+    page.keyboard.press("3")
+    page.wait_for_selector("#c-0-0.pending .rate.good.on")
+    page.wait_for_selector("#c-1-0.cursor")
+    page.wait_for_function("() => window.pressQueue.busy()")
+    assert _stored(assignment) == {}
+    held.pop().continue_()
+    page.wait_for_selector("#c-0-0:not(.pending) .rate.good.on")
+    _wait_idle(page)
+    assert _stored(assignment) == {0: (1, False)}
+
+    # A press the server does not store is taken back, and the page says so.
+    page.keyboard.press("2")
+    page.wait_for_selector("#c-1-0.pending .rate.okay.on")
+    page.wait_for_function("() => window.pressQueue.busy()")
+    while not held:
+        page.wait_for_timeout(50)
+    held.pop().fulfill(status=500, body="boom")
+    page.wait_for_selector("#flash:not([hidden])")
+    assert "1 key press was not saved" in page.inner_text("#flash")
+    page.wait_for_selector("#c-1-0.cursor:not(.pending)")
+    _wait_idle(page)
+    assert page.locator("#c-1-0 .rate.on").count() == 0
+    assert page.locator("#c-0-0 .rate.good.on").count() == 1
+    assert _stored(assignment) == {0: (1, False)}

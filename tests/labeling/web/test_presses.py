@@ -192,6 +192,7 @@ def test_the_task_page_is_not_kept_for_back_and_its_text_is_bidi_safe():
     response = client.get(reverse("task", args=[a.pk]))
     assert "no-store" in response["Cache-Control"]
     body = response.content.decode()
+    assert "{#" not in body  # no template comment leaks onto the page
     assert "\u202e" not in body
     assert '<bdi><span class="ctl" title="RIGHT-TO-LEFT OVERRIDE">\u27e8U+202E\u27e9</span>evil</bdi>' in body
     htmx = client.get(reverse("task", args=[a.pk]), HTTP_HX_REQUEST="true")
