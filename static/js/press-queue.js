@@ -60,6 +60,7 @@
       fetch(options.url, {
         method: "POST",
         credentials: "same-origin",
+        keepalive: true, // a batch sent just before the page is left (reload, Back) still arrives
         headers: { "Content-Type": "application/json", "X-CSRFToken": options.csrf, "Accept": "application/json" },
         body: body
       }).then(function (response) {
