@@ -23,6 +23,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from labeling.data.display import isolated
 from labeling.labelers import labeler_set_status
 from labeling.models import (
     GRADING_NO_ANSWER,
@@ -135,7 +136,7 @@ class SolutionAdmin(FastListAdmin):
 
     @admin.display(description="problem")
     def problem_text(self, obj: Solution) -> SafeString:
-        return format_html('<div class="math">{}</div>', obj.problem.problem)
+        return format_html('<div class="math">{}</div>', isolated(obj.problem.problem))
 
     @admin.display(description="steps")
     def steps_display(self, obj: Solution) -> SafeString:
@@ -266,7 +267,7 @@ class LabeledStepInline(ReadOnlyAdminMixin, admin.TabularInline):  # type: ignor
             (
                 (
                     "own step" if r.completion_index == 0 else f"alt {r.completion_index}",
-                    r.text,
+                    isolated(r.text),
                     marks.get(r.rating, r.rating),
                     "flagged" if r.flagged else "",
                 )
@@ -292,7 +293,7 @@ class AssignmentAdmin(ReadOnlyAdminMixin, FastListAdmin):
         "submitted_at",
         "total_time_ms",
         "finish_reason",
-        "finish_reason_text",
+        "finish_reason_text_display",
     )
     inlines = [LabeledStepInline]
 
@@ -312,7 +313,12 @@ class AssignmentAdmin(ReadOnlyAdminMixin, FastListAdmin):
 
     @admin.display(description="problem")
     def problem_text(self, obj: Assignment) -> SafeString:
-        return format_html('<div class="math">{}</div>', obj.task.solution.problem.problem)
+        return format_html('<div class="math">{}</div>', isolated(obj.task.solution.problem.problem))
+
+    @admin.display(description="finish reason text")
+    def finish_reason_text_display(self, obj: Assignment) -> SafeString:
+        # Written by the labeler: isolated, hidden characters shown.
+        return isolated(obj.finish_reason_text)
 
 
 # --- Labelers ---------------------------------------------------------------

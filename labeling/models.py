@@ -344,6 +344,12 @@ class Assignment(models.Model):
     # changed to -1 or unrated drops the steps after it). A delayed request
     # older than that must not bring a deleted rating back by re-creating it.
     ratings_reset_version = models.PositiveIntegerField(default=0)
+    # The state version: every change of the assignment (a rating, a flag,
+    # ratings dropped, alternatives attached, the finish) adds one, and it is
+    # never below any of its ratings' versions. The task page renders it and
+    # every key press carries the version it was aimed at: a press is applied
+    # only to the state the labeler saw (labeling.work.rating.presses_apply).
+    version = models.PositiveIntegerField(default=0)
 
     class Meta:
         ordering = ["id"]

@@ -12,6 +12,7 @@ urlpatterns = [
     path("next/", views.next_task, name="next-task"),
     path("assignments/<int:pk>/", views.task, name="task"),
     path("assignments/<int:pk>/steps/<int:step>/<int:completion>/", views.rate, name="rate"),
+    path("assignments/<int:pk>/presses/", views.presses, name="presses"),
     path("assignments/<int:pk>/submit/", views.submit, name="submit"),
     path("assignments/<int:pk>/give-up/", views.give_up, name="give-up"),
     path("assignments/<int:pk>/bad-problem/", views.bad_problem, name="bad-problem"),

@@ -20,6 +20,8 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from labeling.data.display import isolated
+
 # Below this many rows an exact count is cheap and the estimate may be stale.
 _ESTIMATE_ABOVE = 10_000
 
@@ -75,5 +77,7 @@ class ReadOnlyAdminMixin:
 def steps_html(steps: list[str] | None, *, numbered_from: int = 1) -> SafeString:
     if not steps:
         return format_html("<em>{}</em>", "no steps (phase-1 placeholder)")
-    items = format_html_join("", "<li value='{}'>{}</li>", ((i, s) for i, s in enumerate(steps, numbered_from)))
+    items = format_html_join(
+        "", "<li value='{}'>{}</li>", ((i, isolated(s)) for i, s in enumerate(steps, numbered_from))
+    )
     return format_html('<ol class="math solution-steps">{}</ol>', items)

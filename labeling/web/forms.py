@@ -3,11 +3,13 @@ state of one completion, so a late request can never mix fields of two clicks.""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django import forms
 
 from labeling.work.assignment import MAX_VERSION
+from labeling.work.rating import Press
 
 _RATINGS = [("-1", "bad"), ("0", "okay"), ("1", "good")]
 _TRUE = {"1", "true", "on"}
@@ -62,3 +64,41 @@ class ReasonForm(forms.Form):
         error_messages={"required": "Say briefly why: a few words are enough."},
         widget=forms.Textarea(attrs={"rows": 2, "required": True}),
     )
+
+
+class PressesInvalid(ValueError):
+    """A batch of key presses that cannot be read: nothing of it is applied."""
+
+
+def presses_from_json(body: bytes) -> list[Press]:
+    """The ordered key presses of a ``presses`` request: ``{"presses": [{"step", "completion", "version",
+    and "rating" (-1, 0, 1) or "flag" (true/false)}, ...]}``."""
+    try:
+        data = json.loads(body or b"null")
+    except ValueError as exc:
+        raise PressesInvalid("The key presses could not be read (not JSON).") from exc
+    items = data.get("presses") if isinstance(data, dict) else None
+    if not isinstance(items, list) or not items:
+        raise PressesInvalid("No key presses in the request.")
+    presses = []
+    for item in items:
+        if not isinstance(item, dict):
+            raise PressesInvalid("A key press is an object.")
+        numbers = [item.get(k) for k in ("step", "completion", "version")]
+        step, completion, version = (n if type(n) is int and 0 <= n <= MAX_VERSION else -1 for n in numbers)
+        if min(step, completion, version) < 0:
+            raise PressesInvalid("A key press names its step, completion and version as integers.")
+        has_rating, has_flag = "rating" in item, "flag" in item
+        if has_rating == has_flag:
+            raise PressesInvalid("A key press sets either a rating or the flag.")
+        flag = item.get("flag")
+        if has_flag and type(flag) is not bool:
+            raise PressesInvalid("A flag is true or false.")
+        rating = item.get("rating")
+        if has_rating and (type(rating) is not int or rating not in (-1, 0, 1)):
+            raise PressesInvalid("A rating is -1, 0 or +1.")
+        presses.append(
+            Press(step_index=step, completion_index=completion, version=version,
+                  rating=rating if has_rating else None, flag=flag if has_flag else None)
+        )  # fmt: skip
+    return presses

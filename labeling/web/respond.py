@@ -13,6 +13,7 @@ from django.contrib.auth.models import User
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils.cache import patch_cache_control
 from django_htmx.http import push_url
 from django_htmx.middleware import HtmxDetails
 
@@ -36,6 +37,12 @@ class LabelerRequest(HttpRequest):
 def is_htmx(request: HttpRequest) -> bool:
     details: HtmxDetails | None = getattr(request, "htmx", None)  # set by HtmxMiddleware
     return bool(details)
+
+
+def _fragment(request: HttpRequest) -> bool:
+    # htmx restoring a page it did not keep (Back) asks for the whole page.
+    details: HtmxDetails | None = getattr(request, "htmx", None)
+    return bool(details) and not (details and details.history_restore_request)
 
 
 def labeler_of(request: LabelerRequest) -> Labeler:
@@ -64,11 +71,18 @@ def task_response(
         return phase_one_response(request, assignment, status=status, **extra)
     pending = assignment is not None and alternatives_generated_attach(assignment=assignment)
     screen = task_screen(assignment=assignment) if assignment is not None else None
-    template = "labeling/task.html#task-panel" if is_htmx(request) else "labeling/task.html"
+    template = "labeling/task.html#task-panel" if _fragment(request) else "labeling/task.html"
     context = {"screen": screen, "alternatives_pending": pending, **extra}
     response = render(request, template, context, status=status)
     if screen is not None:
         response[VERSION_HEADER] = f"{screen.assignment.pk}:{screen.version}"
+    return _not_kept(response)
+
+
+def _not_kept(response: HttpResponse) -> HttpResponse:
+    # A task page shown again by Back (or the back/forward cache) would show an
+    # old state as editable: every task answer is fetched afresh instead.
+    patch_cache_control(response, no_store=True, no_cache=True, must_revalidate=True, private=True)
     return response
 
 
@@ -76,10 +90,10 @@ def phase_one_response(
     request: HttpRequest, assignment: Assignment, *, status: int = 200, **extra: object
 ) -> HttpResponse:
     screen = phase_one_screen(assignment=assignment)
-    template = "labeling/phase_one.html#task-panel" if is_htmx(request) else "labeling/phase_one.html"
+    template = "labeling/phase_one.html#task-panel" if _fragment(request) else "labeling/phase_one.html"
     response = render(request, template, {"screen": screen, **extra}, status=status)
     response[VERSION_HEADER] = f"{assignment.pk}:{screen.version}"
-    return response
+    return _not_kept(response)
 
 
 def next_after_finish(request: LabelerRequest) -> HttpResponse:

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from labeling.labelers import labeler_can_take_work
 from labeling.models import FinishReason, LabelerStatus
 from labeling.quality.control import labeler_screening_result
-from labeling.web.forms import RateForm, ReasonForm
+from labeling.web.forms import PressesInvalid, RateForm, ReasonForm, presses_from_json
 from labeling.web.respond import (
     VERSION_HEADER,
     LabelerRequest,
@@ -37,7 +39,7 @@ from labeling.work.assignment import (
     assignment_abandon,
 )
 from labeling.work.queue import LabelerMayNotWork, assignment_next
-from labeling.work.rating import assignment_submit, step_rate
+from labeling.work.rating import TaskChanged, assignment_submit, presses_apply, step_rate
 from labeling.work.selectors import assignment_current, labeler_stats, task_screen_from
 
 
@@ -79,6 +81,7 @@ def next_task(request: LabelerRequest) -> HttpResponse:
 
 @login_required
 @require_GET
+@never_cache
 def task(request: LabelerRequest, pk: int) -> HttpResponse:
     return task_response(request, own_assignment(request, pk))
 
@@ -130,13 +133,51 @@ def rate(request: LabelerRequest, pk: int, step: int, completion: int) -> HttpRe
 
 @login_required
 @require_POST
-def submit(request: LabelerRequest, pk: int) -> HttpResponse:
+def presses(request: LabelerRequest, pk: int) -> HttpResponse:
+    """A batch of key presses from static/js/press-queue.js, applied in order; answers JSON.
+
+    ``applied``: how many of the batch are stored, in order; ``refused``: why
+    the rest are not (then the page shows the stored state); ``version``: the
+    stored state version; ``current``: where the keyboard is, as the server
+    sees it; ``finish_box``: the submit panel for that state.
+    """
     try:
-        # Ownership is checked in the service's locking read, as for a rating.
-        assignment_submit(assignment_id=pk, user_id=request.user.pk)
+        batch = presses_from_json(request.body)
+    except PressesInvalid as exc:
+        own_assignment(request, pk)  # someone else's assignment answers 404 whatever the body says
+        return JsonResponse({"error": str(exc)}, status=400)
+    try:
+        outcome = presses_apply(assignment_id=pk, user_id=request.user.pk, presses=batch)
     except AssignmentNotFound as exc:
         raise Http404("No such assignment.") from exc
-    except (AssignmentClosed, NotFinished) as exc:
+    except RatingRejected as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
+    except AssignmentClosed as exc:
+        return JsonResponse({"applied": 0, "refused": "closed", "message": str(exc)}, status=409)
+    screen = task_screen_from(assignment=outcome.assignment, ratings=outcome.ratings)
+    body = {
+        "applied": outcome.applied,
+        "refused": outcome.refusal.value if outcome.refusal else None,
+        "message": outcome.message,
+        "version": screen.version,
+        "reshaped": outcome.reshaped,
+        "current": screen.current_key,
+        "finish_box": render_to_string("labeling/task.html#finish-box", {"screen": screen}, request=request),
+    }
+    return JsonResponse(body, status=409 if outcome.refusal else 200)
+
+
+@login_required
+@require_POST
+def submit(request: LabelerRequest, pk: int) -> HttpResponse:
+    raw = request.POST.get("version", "")
+    version = int(raw) if raw.isdigit() else None
+    try:
+        # Ownership is checked in the service's locking read, as for a rating.
+        assignment_submit(assignment_id=pk, user_id=request.user.pk, version=version)
+    except AssignmentNotFound as exc:
+        raise Http404("No such assignment.") from exc
+    except (AssignmentClosed, NotFinished, TaskChanged) as exc:
         return refused(request, str(exc))
     return next_after_finish(request)
 

@@ -88,4 +88,7 @@ def alternatives_attach_locked(locked: Assignment, steps: list[str], rows: list[
         StepRating(step_id=step_id, completion_index=a.ordinal, text=a.text, rating=None, flagged=False)
         for a in StepAlternative.objects.filter(solution_id=solution_id, step_index=stop).order_by("ordinal")
     )
+    # New rows on the page: a key press aimed at the state before them is refused.
+    locked.version += 1
+    Assignment.objects.filter(pk=locked.pk).update(version=locked.version)
     return Attach.ATTACHED

@@ -166,12 +166,21 @@ def assignment_finish(
     assignment.submitted_at = now
     assignment.finish_reason = reason
     assignment.finish_reason_text = text
+    assignment.version += 1
     # Read-only from here on, so the export can use a frozen copy of the label.
     assignment.label_steps_json = (
         label_steps_freeze(assignment_id=assignment.pk) if rows is None else _label_steps_json(rows)
     )
     assignment.save(
-        update_fields=[*fields, "status", "submitted_at", "finish_reason", "finish_reason_text", "label_steps_json"]
+        update_fields=[
+            *fields,
+            "status",
+            "submitted_at",
+            "finish_reason",
+            "finish_reason_text",
+            "label_steps_json",
+            "version",
+        ]
     )
     # The task row is locked, so two labelers finishing the same
     # multi-labeler task count each other's submissions correctly.

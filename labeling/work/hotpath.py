@@ -37,7 +37,7 @@ TASK_LOCK = """
 # the labeler's unique user id).
 ASSIGNMENT_LOCK = """
     SELECT a.id, a.task_id, a.labeler_id, a.status, a.started_at, a.last_activity_at, a.lease_expires_at,
-           a.total_time_ms, a.ratings_reset_version, t.solution_id AS t_solution_id,
+           a.total_time_ms, a.ratings_reset_version, a.version, t.solution_id AS t_solution_id,
            t.generation_id AS t_generation_id, t.kind AS t_kind, t.status AS t_status,
            t.labelers_needed AS t_labelers_needed, s.problem_id AS s_problem_id, s.steps AS s_steps
     FROM labeling_assignment a
@@ -67,11 +67,12 @@ RATING_UPSERT = """
     WHERE labeling_steprating.version < EXCLUDED.version
 """
 
-# Time on task, the renewed lease and the reset version after a click, under
-# the assignment lock. Primary key.
+# Time on task, the renewed lease, the reset version and the state version
+# after a click (or a batch of key presses), under the assignment lock.
+# Primary key.
 ASSIGNMENT_TOUCH = """
     UPDATE labeling_assignment SET total_time_ms = %s, last_activity_at = %s, lease_expires_at = %s,
-        ratings_reset_version = %s
+        ratings_reset_version = %s, version = %s
     WHERE id = %s
 """
 
@@ -180,7 +181,7 @@ def assignment_touch(assignment: Assignment) -> None:
         cursor.execute(
             ASSIGNMENT_TOUCH,
             [assignment.total_time_ms, adapt(assignment.last_activity_at), adapt(assignment.lease_expires_at),
-             assignment.ratings_reset_version, assignment.pk],
+             assignment.ratings_reset_version, assignment.version, assignment.pk],
         )  # fmt: skip
 
 

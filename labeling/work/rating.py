@@ -4,6 +4,10 @@ Each rating request carries the full state of one completion (rating and flag)
 and a ``version``: a counter the page increases with every click. A request is
 applied only when its version is newer than the stored one, so a repeated
 request changes nothing and a delayed one cannot overwrite a newer click.
+That is the plain-form path (no JS) and the API's. The rating screen sends key
+presses instead (``presses_apply``): each aimed at the assignment's state
+version the labeler saw, applied in order or refused (docs/architecture.md,
+"Key presses"). Both move ``Assignment.version`` on with every change.
 
 The stored trajectory is kept consistent after every write (labeling.work.progress):
 steps after the first -1 (or after an unrated step) are deleted in the same
@@ -17,8 +21,9 @@ The lock, time on task and the finish itself are the assignment's
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
+from enum import StrEnum
 
 from django.db import transaction
 from django.utils import timezone
@@ -102,7 +107,11 @@ def step_rate(
     def rate(*, task_lock: bool) -> Rated:
         with transaction.atomic():
             locked = assignment_lock_row(assignment_id=assignment_id, user_id=user_id, now=now, task_lock=task_lock)
-            return _rate(locked, step_index, completion_index, rating, flagged, version, now=now)
+            rated, _rows = _rate(locked, rating_rows(locked), step_index, completion_index, rating, flagged, version,
+                                 now=now)  # fmt: skip
+            if rated.applied:
+                _touch(locked, now=now)
+            return rated
 
     try:
         return rate(task_lock=False)
@@ -111,8 +120,15 @@ def step_rate(
         return rate(task_lock=True)
 
 
+def _touch(locked: Assignment, *, now: datetime) -> None:
+    assignment_time_add(locked, now=now)
+    locked.lease_expires_at = lease_expiry(now=now)
+    assignment_touch(locked)
+
+
 def _rate(
     locked: Assignment,
+    rows: list[RatingRow],
     step_index: int,
     completion_index: int,
     rating: int | None,
@@ -120,10 +136,14 @@ def _rate(
     version: int,
     *,
     now: datetime,
-) -> Rated:
+) -> tuple[Rated, list[RatingRow]]:
+    """One completion's write under the caller's lock, on the rows it read; the caller then touches the assignment.
+
+    Returns what it did and the stored rows after it (re-read when the write
+    reshaped the trajectory). Raises RatingRejected before writing anything.
+    """
     solution = locked.task.solution
     steps: list[str] = solution.steps or []
-    rows = rating_rows(locked)
     progress = _progress(len(steps), rows)
     existing = next((r for r in rows if r.index == step_index and r.completion == completion_index), None)
 
@@ -145,7 +165,7 @@ def _rate(
             assignment=locked,
             ratings=_page_order(rows),
             stop_before=progress.stop_index,
-        )
+        ), rows
 
     # The release stores an unflagged original step as null and an
     # unflagged alternative as false; we write the same.
@@ -156,6 +176,9 @@ def _rate(
         # No get_or_create needed: the assignment row lock serialises
         # writers. Created as the last labeled step: chosen_completion null.
         step_id = LabeledStep.objects.create(assignment=locked, index=step_index).pk
+    # A change of state: the state version moves past it (and past every
+    # rating version, which the page's plain-form clicks number from it).
+    locked.version = max(locked.version + 1, version)
     rating_upsert(
         step_id=step_id,
         completion_index=completion_index,
@@ -174,17 +197,127 @@ def _rate(
     reshaped = False
     if completion_index == 0:
         reshaped = _keep_trajectory_consistent(locked, steps=steps, rows=after, version=version)
+        if reshaped:
+            after = rating_rows(locked)
+        else:
+            # chosen_completion as just written, so that the next press of a
+            # batch works on the stored state without reading it again.
+            wanted = chosen_completions(labeled_indexes=sorted({r.index for r in after if r.completion == 0}))
+            after = [replace(r, chosen=wanted.get(r.index, r.chosen)) for r in after]
 
-    assignment_time_add(locked, now=now)
-    locked.lease_expires_at = lease_expiry(now=now)
-    assignment_touch(locked)
     return Rated(
         applied=True,
         reshaped=reshaped,
         assignment=locked,
         ratings=None if reshaped else _page_order(after),
         stop_before=progress.stop_index,
-    )
+    ), after
+
+
+MAX_PRESSES = 100  # in one batch; the page sends what it queued, in order, at most this many at a time
+
+
+@dataclass(frozen=True)
+class Press:
+    """One key press (or click) as the page queued it: what it does to exactly one completion.
+
+    ``version`` is the assignment's state version the page showed when the
+    key was pressed: the press is applied only to that state. A rating press
+    sets ``rating`` and keeps the stored flag; a flag press (``flag`` not
+    None) sets the flag to that value and keeps the stored rating.
+    """
+
+    step_index: int
+    completion_index: int
+    version: int
+    rating: int | None = None
+    flag: bool | None = None
+
+
+class PressRefusal(StrEnum):
+    STALE = "stale"  # aimed at a state that is no longer the stored one (another tab, a lost answer)
+    REJECTED = "rejected"  # does not fit the stored state (a step not reached yet)
+
+
+@dataclass(frozen=True)
+class Pressed:
+    """What a batch did: the first ``applied`` presses were stored, in order; the rest were refused (if any)."""
+
+    applied: int
+    refusal: PressRefusal | None
+    message: str
+    reshaped: bool
+    assignment: Assignment
+    # The stored ratings after the batch, in page order, as Rated.ratings.
+    ratings: list[tuple[int, int, str, int | None, bool | None, int]]
+
+
+def presses_apply(
+    *, assignment_id: int, user_id: int | None, presses: list[Press], now: datetime | None = None
+) -> Pressed:
+    """Apply a batch of key presses in order, in one transaction: each to exactly its completion, or stop.
+
+    A press applies when its ``version`` is the stored state version; each
+    applied press adds exactly one to it, so a page that queued several
+    presses numbers them ahead (version, version + 1, ...). The first press
+    that was aimed at another state (another tab changed the task, or the page
+    missed an answer) or that does not fit the stored state is refused, and so
+    is every press after it: they were aimed at a state that now will not
+    exist. The caller answers with the stored state, never a guess.
+
+    Queries: the locking read, one read of the ratings, per press the upsert
+    (plus the new LabeledStep and chosen_completion when a step is added),
+    and one UPDATE of the assignment; a press that drops steps re-reads them.
+    """
+    if len(presses) > MAX_PRESSES:
+        raise RatingRejected(f"At most {MAX_PRESSES} key presses at a time.")
+    for press in presses:
+        rating_request_check(rating=press.rating, version=press.version + 1)
+    now = now or timezone.now()
+
+    def apply(*, task_lock: bool) -> Pressed:
+        with transaction.atomic():
+            locked = assignment_lock_row(assignment_id=assignment_id, user_id=user_id, now=now, task_lock=task_lock)
+            rows = rating_rows(locked)
+            applied = 0
+            reshaped = False
+            refusal: PressRefusal | None = None
+            message = ""
+            for press in presses:
+                if press.version != locked.version:
+                    refusal = PressRefusal.STALE
+                    message = "This task changed in another tab (or a save was lost)."
+                    break
+                existing = next(
+                    (r for r in rows if r.index == press.step_index and r.completion == press.completion_index), None
+                )
+                rating = (existing.rating if existing else None) if press.flag is not None else press.rating
+                flagged = press.flag if press.flag is not None else bool(existing and existing.flagged)
+                try:
+                    rated, rows = _rate(locked, rows, press.step_index, press.completion_index, rating, flagged,
+                                        locked.version + 1, now=now)  # fmt: skip
+                except RatingRejected as exc:
+                    refusal = PressRefusal.REJECTED
+                    message = str(exc)
+                    break
+                applied += 1
+                reshaped = reshaped or rated.reshaped
+            if applied:
+                _touch(locked, now=now)
+            return Pressed(
+                applied=applied,
+                refusal=refusal,
+                message=message,
+                reshaped=reshaped,
+                assignment=locked,
+                ratings=_page_order(rows),
+            )
+
+    try:
+        return apply(task_lock=False)
+    except LeaseNearExpiry:
+        # Nothing was written; again, with the task row locked first.
+        return apply(task_lock=True)
 
 
 def _page_order(rows: list[RatingRow]) -> list[tuple[int, int, str, int | None, bool | None, int]]:
@@ -245,14 +378,24 @@ def _keep_trajectory_consistent(
     return bool(deleted or stale_alternatives or created)
 
 
-def assignment_submit(*, assignment_id: int, user_id: int | None, now: datetime | None = None) -> FinishReason:
+class TaskChanged(Exception):
+    """Submit was asked for from a page that showed an older state than the stored one."""
+
+
+def assignment_submit(
+    *, assignment_id: int, user_id: int | None, version: int | None = None, now: datetime | None = None
+) -> FinishReason:
     """Finish with the reason the ratings call for (found_error or solution).
 
     ``user_id`` as for step_rate: the owner is checked in the locking read.
+    ``version``: the state version the page showed; TaskChanged when the
+    stored state is another (the labeler submits only what they saw).
     """
     now = now or timezone.now()
     with transaction.atomic():
         locked = assignment_lock_row(assignment_id=assignment_id, user_id=user_id, now=now, task_lock=True)
+        if version is not None and version != locked.version:
+            raise TaskChanged("This task changed in another tab. Here is what is stored: check it, then submit.")
         if is_phase_one(locked):
             # Phase 1 ends when the solution reaches a final answer (labeling.work.phase_one).
             raise NotFinished("Continue until the solution reaches its final answer, or give up.")

@@ -10,6 +10,7 @@ from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquer
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from labeling.data.display import is_hidden_character
 from labeling.models import Assignment, AssignmentStatus, FinishReason, Labeler, Problem, StepRating
 from labeling.work.progress import Progress, progress_compute
 
@@ -119,10 +120,17 @@ class TaskScreen:
     assignment: Assignment
     rows: list[StepRow]
     progress: Progress
-    # Highest rating version stored for this assignment: the page numbers its
+    # The assignment's state version (never below a rating version): key
+    # presses are aimed at it, and a plain-form click numbers itself above it.
+    # Was: the highest rating version stored; the page numbers its
     # next click above it, and drops an htmx response older than one it has.
     version: int
     step_count: int
+    # The steps after the last one shown, while labeling goes on and has not
+    # stopped at an error: the page keeps them hidden and reveals the next
+    # one as soon as a key press moves past the last shown (static/js/app.js),
+    # so a press is never aimed at a step that is not on screen yet.
+    ahead: list[StepRow] = field(default_factory=list)
 
     @property
     def problem(self) -> Problem:
@@ -145,7 +153,12 @@ class TaskScreen:
 
     @property
     def answer_tex(self) -> str:
-        return "\\boxed{" + (self.problem.answer or "") + "}"
+        # A hidden character (bidi control, zero width) is shown by its code point, as in text.
+        answer = "".join(
+            f"\\text{{\u27e8U+{ord(ch):04X}\u27e9}}" if is_hidden_character(ch) else ch
+            for ch in self.problem.answer or ""
+        )
+        return "\\boxed{" + answer + "}"
 
     @property
     def is_open(self) -> bool:
@@ -181,7 +194,7 @@ def task_screen_from(*, assignment: Assignment, ratings: Ratings) -> TaskScreen:
     first = progress_compute(step_count=len(steps), own_ratings=own, alternative_ratings={})
     alternatives = {c: r for i, c, _t, r, _f, _v in ratings if c > 0 and i == first.stop_index}
     progress = progress_compute(step_count=len(steps), own_ratings=own, alternative_ratings=alternatives)
-    version = max([assignment.ratings_reset_version, *(v for *_rest, v in ratings)])
+    version = assignment.version
 
     open_ = assignment.status == AssignmentStatus.IN_PROGRESS
     by_index: dict[int, list[CompletionRow]] = {}
@@ -209,10 +222,16 @@ def task_screen_from(*, assignment: Assignment, ratings: Ratings) -> TaskScreen:
                 is_error=progress.stopped_at_error and i == progress.stop_index,
             )
         )
+    ahead: list[StepRow] = []
+    if open_ and not progress.stopped_at_error:
+        ahead = [
+            StepRow(own=CompletionRow(i, 0, steps[i], None, False, False)) for i in range(last_shown + 1, len(steps))
+        ]
     return TaskScreen(
         assignment=assignment,
         rows=rows,
         progress=progress,
         version=version,
         step_count=len(steps),
+        ahead=ahead,
     )

@@ -1,29 +1,45 @@
 /* Task screen behaviour on top of htmx. Everything here is an enhancement:
    without JS each button is a plain form post and the server redirects back.
 
-   - Keys: 1 bad, 2 okay, 3 good, f unsure (toggle), ArrowUp/k previous,
-     ArrowDown/j next, Enter submit. Keys pressed while a save is in flight are
-     replayed in order once it lands, so fast typing rates the right steps.
-   - Every click sends the full state of one completion plus a version number
-     that only grows; the server ignores a version older than what it has.
-     A response older than one already shown is not swapped in.
-   - A rating is answered with only what changed (HX-Reswap: none plus
-     out-of-band swaps: the rated row, a newly revealed step, the finish box,
-     #task-state); a click that reshapes the steps gets the whole panel.
-     #task-state says how many rows the page should have: a page that missed
-     an update (a stale response dropped) reloads the panel.
+   - Keys (docs/labeling-guide.md): 1 bad, 2 okay, 3 good, F unsure (toggle),
+     each on the highlighted step; ArrowUp/K previous, ArrowDown/J next;
+     Enter submits, and only when the submit box is shown. Enter on a focused
+     rating button is not a rating (nor is any keyboard "click" on one).
+   - Phase 2 (the rating screen): every key press and click goes through the
+     press queue (press-queue.js), which orders them and aims each at the
+     state version the page showed. This file draws them: a press shows at
+     once, marked pending until the server says it is stored; the cursor moves
+     on as the press will move it, revealing the next step from the page's
+     #steps-ahead; a refused press is reported (#flash) and the stored state
+     is loaded in its place. Where the next state cannot be known (a -1 on a
+     step, which ends the solution there), keys are held, and said to be, until
+     the stored state is shown.
+   - Phase 1 (building a solution) still posts each click with a version
+     number that only grows; the server ignores an older one, and a response
+     older than one already shown is not swapped in.
+   - Task pages are never shown from the back/forward cache: a page restored
+     from it is reloaded (the server also sends Cache-Control: no-store).
    - Math is typeset with KaTeX auto-render in each newly swapped-in element. */
 (function () {
   "use strict";
 
-  var seq = 0;          // highest version sent or seen
-  var shown = {};       // assignment id -> highest version swapped in
-  var inflight = 0;
-  var pendingKeys = [];
+  var seq = 0;          // phase 1: highest version sent or seen
+  var shown = {};       // phase 1: assignment id -> highest version swapped in
+  var inflight = 0;     // phase 1: htmx requests in flight
+  var pendingKeys = []; // phase 1: keys pressed while a save was in flight
   var cursorId = null;
+
+  var queue = null;     // phase 2: the press queue of the panel shown
+  var hold = "";        // phase 2: why keys are not taken right now ("" when they are)
+  var reloadAfterAck = false;
+  var loading = false;  // the stored state is being loaded into the panel
+
+  // What the browser tests (and anyone curious) can ask: is anything unsaved?
+  window.pressQueue = { busy: function () { return loading || !!(queue && queue.busy()); } };
 
   function panel() { return document.getElementById("task"); }
   function completions() { return Array.prototype.slice.call(document.querySelectorAll("#task form.completion")); }
+  function state() { return document.getElementById("task-state"); }
 
   function typeset(root) {
     if (!window.renderMathInElement || !root) return;
@@ -52,23 +68,48 @@
     if (form && form.scrollIntoView) form.scrollIntoView({ block: "nearest" });
   }
 
+  function assignmentUrl() {
+    var p = panel();
+    var id = p && p.getAttribute("data-assignment");
+    return id ? "/assignments/" + id + "/" : window.location.pathname;
+  }
+
   function reloadPanel() {
-    if (panel() && window.htmx) window.htmx.ajax("GET", window.location.pathname, { target: "#task", swap: "outerHTML" });
+    if (!panel() || !window.htmx) return;
+    loading = true;
+    window.htmx.ajax("GET", assignmentUrl(), { target: "#task", swap: "outerHTML" });
+  }
+
+  function csrfToken() {
+    var input = document.querySelector("#task input[name=csrfmiddlewaretoken]");
+    return input ? input.value : "";
   }
 
   function initPanel() {
     var p = panel();
-    var state = document.getElementById("task-state");
-    if (!p || !state) return;
-    var v = parseInt(state.getAttribute("data-version") || "0", 10);
-    if (v > seq) seq = v;
-    var steps = parseInt(state.getAttribute("data-steps") || "0", 10);
-    var count = parseInt(state.getAttribute("data-completions") || "0", 10);
-    if (inflight === 0 && (p.querySelectorAll("#steps > li").length !== steps || completions().length !== count)) {
-      reloadPanel();
-      return;
+    var st = state();
+    loading = false;
+    queue = null;
+    reloadAfterAck = false;
+    hold = "";
+    if (!p || !st) return;
+    var v = parseInt(st.getAttribute("data-version") || "0", 10);
+    var url = st.getAttribute("data-presses");
+    if (url) {
+      // Phase 2: a fresh queue aimed at the state this panel shows.
+      queue = window.PressQueue.create({ url: url, version: v, csrf: csrfToken(), onAck: acked, onRefused: refusedPresses });
+      if (st.getAttribute("data-open") !== "1") hold = "This task is submitted; it can no longer be changed.";
+      else if (document.querySelector("#finish-box [hx-trigger]")) hold = "Wait a moment: other candidates for this step are being generated.";
+    } else {
+      if (v > seq) seq = v;
+      var steps = parseInt(st.getAttribute("data-steps") || "0", 10);
+      var count = parseInt(st.getAttribute("data-completions") || "0", 10);
+      if (inflight === 0 && (p.querySelectorAll("#steps > li").length !== steps || completions().length !== count)) {
+        reloadPanel();
+        return;
+      }
     }
-    var current = state.getAttribute("data-current");
+    var current = st.getAttribute("data-current");
     var target = current && current !== "finish" ? document.getElementById(current) : null;
     if (current === "finish") {
       var all = completions();
@@ -95,7 +136,102 @@
     }
   }
 
+  // --- Phase 2: presses through the queue --------------------------------------
+
+  function where(form) {
+    var parts = form.id.split("-");
+    return { step: parseInt(parts[1], 10), completion: parseInt(parts[2], 10) };
+  }
+
+  function markPending(form, delta) {
+    var n = parseInt(form.getAttribute("data-pending") || "0", 10) + delta;
+    if (n > 0) form.setAttribute("data-pending", String(n)); else form.removeAttribute("data-pending");
+    form.classList.toggle("pending", n > 0);
+  }
+
+  // Where the keyboard goes after a rating: the server's rule (the first
+  // unrated step; at the error step the first unrated candidate; else the
+  // last completion), applied to what the page shows. The next step is
+  // revealed from #steps-ahead when labeling moves past the last one shown.
+  function nextCurrent() {
+    var error = document.querySelector("#steps > li.is-error");
+    if (error) {
+      var alt = Array.prototype.slice.call(error.querySelectorAll("form.completion.alt"))
+        .find(function (f) { return f.elements.rating.value === ""; });
+      if (alt) return alt;
+    } else {
+      var own = Array.prototype.slice.call(document.querySelectorAll("#steps form.completion:not(.alt)"))
+        .find(function (f) { return f.elements.rating.value === ""; });
+      if (own) return own;
+      var ahead = document.getElementById("steps-ahead");
+      var row = ahead && ahead.content && ahead.content.firstElementChild;
+      if (row) {
+        document.getElementById("steps").appendChild(row);
+        typeset(row);
+        return row.querySelector("form.completion");
+      }
+    }
+    var all = completions();
+    return all.length ? all[all.length - 1] : null;
+  }
+
+  function press(form, change) {
+    if (!form || !queue || !form.classList.contains("completion")) return;
+    if (hold) { flash(hold + " That key was not used."); return; }
+    var at = where(form);
+    var item = { step: at.step, completion: at.completion, form: form.id };
+    if (change.flag !== undefined) item.flag = change.flag; else item.rating = parseInt(change.rating, 10);
+    // A -1 on a step, or a new rating of the step rated -1, reshapes the
+    // solution (later steps dropped, candidates added): hold until it is shown.
+    var reshapes = at.completion === 0 && item.rating !== undefined &&
+      (item.rating === -1 || form.elements.rating.value === "-1");
+    if (!queue.push(item)) return;
+    flash("");
+    if (item.flag !== undefined) form.elements.flagged.value = item.flag ? "1" : "0";
+    else form.elements.rating.value = String(item.rating);
+    reflect(form);
+    markPending(form, 1);
+    if (reshapes) {
+      reloadAfterAck = true;
+      hold = "Wait a moment: step " + (at.step + 1) + " is being saved, and what follows it depends on that.";
+      return;
+    }
+    if (item.rating !== undefined) setCursor(nextCurrent());
+  }
+
+  function acked(done, answer, remaining) {
+    done.forEach(function (p) {
+      var form = document.getElementById(p.form);
+      if (form) markPending(form, -1);
+    });
+    if (remaining) return;
+    if (reloadAfterAck || answer.reshaped) { reloadPanel(); return; }
+    var box = document.getElementById("finish-box");
+    if (box && typeof answer.finish_box === "string") {
+      box.outerHTML = answer.finish_box;
+      box = document.getElementById("finish-box");
+      if (box && window.htmx) window.htmx.process(box);
+      if (box && box.querySelector("[hx-trigger]")) hold = "Wait a moment: other candidates for this step are being generated.";
+    }
+  }
+
+  function refusedPresses(dropped, answer, status) {
+    var n = dropped.length;
+    var lost = n ? (n === 1 ? "1 key press was not saved. " : n + " key presses were not saved. ") : "";
+    var why;
+    if (answer && answer.refused === "stale") why = "This task changed in another tab. ";
+    else if (answer && answer.message) why = answer.message + " ";
+    else if (answer && answer.error) why = answer.error + " ";
+    else why = status ? "The server could not save that (" + status + "). " : "The connection to the server was lost. ";
+    hold = "Loading what is stored.";
+    flash(why + lost + "Here is what is stored.");
+    reloadPanel();
+  }
+
+  // --- Phase 1: one post per click ---------------------------------------------
+
   function send(form, change) {
+    if (queue) { press(form, change.flagged !== undefined ? { flag: change.flagged } : change); return; }
     if (!form || !form.classList.contains("completion") || form.querySelector("button[disabled]")) return;
     if (change.rating !== undefined) form.elements.rating.value = change.rating;
     if (change.flagged !== undefined) form.elements.flagged.value = change.flagged ? "1" : "0";
@@ -125,6 +261,19 @@
     setCursor(all[j]);
   }
 
+  function submit() {
+    var finish = document.getElementById("finish");
+    if (!finish && !queue) return;
+    if (!finish) {
+      flash("Enter submits once the submit box is shown: after every step is rated, or after the step you rated -1 and its candidates.");
+      return;
+    }
+    if (queue && queue.busy()) { flash("Your last ratings are still being saved; press Enter again in a moment."); return; }
+    if (queue && hold) { flash(hold); return; }
+    if (queue) hold = "Submitting.";
+    post(finish);
+  }
+
   function handleKey(key) {
     var form = cursorId ? document.getElementById(cursorId) : null;
     switch (key) {
@@ -134,10 +283,7 @@
       case "f": if (form) send(form, { flagged: form.elements.flagged.value !== "1" }); return;
       case "ArrowUp": case "k": move(-1); return;
       case "ArrowDown": case "j": move(1); return;
-      case "Enter":
-        var finish = document.getElementById("finish");
-        if (finish) post(finish);
-        return;
+      case "Enter": submit(); return;
     }
   }
 
@@ -147,33 +293,55 @@
     if (e.ctrlKey || e.metaKey || e.altKey || !KEYS[e.key] || !panel()) return;
     var t = e.target;
     if (t && t.closest && t.closest("input, textarea, select, summary, [contenteditable]")) return;
-    if (e.key === "Enter" && t && t.closest && t.closest("button, a")) return;
+    // Enter on another button or a link is that control's own action; on a
+    // rating or flag button it is never a rating: it is Enter (submit).
+    if (e.key === "Enter" && t && t.closest && t.closest("button, a") && !t.closest("form.completion")) return;
     e.preventDefault();
     var key = e.key === "F" ? "f" : e.key;
-    if (inflight > 0) { pendingKeys.push(key); return; }
+    if (!queue && inflight > 0) { pendingKeys.push(key); return; }
     handleKey(key);
   });
 
   // Clicks on rating and flag buttons: update the hidden state first, so the
-  // request carries the whole intended state of the completion.
+  // request carries the whole intended state of the completion. A "click" made
+  // by the keyboard (Enter or Space on a focused button, detail 0) is not one:
+  // ratings are keys 1, 2, 3 or a pointer click.
   document.addEventListener("click", function (e) {
     var button = e.target.closest && e.target.closest("form.completion button");
     if (!button || button.disabled || !window.htmx) return;
     e.preventDefault();
     e.stopPropagation();
+    if (e.detail === 0) return;
     setCursor(button.form);
     if (button.name === "set_rating") send(button.form, { rating: button.value });
     else if (button.name === "set_flagged") send(button.form, { flagged: button.value === "1" });
   }, true);
 
-  document.addEventListener("htmx:beforeRequest", function () { inflight += 1; });
+  document.addEventListener("htmx:beforeRequest", function (e) {
+    // The "candidates are coming" poll must not replace a panel with unsaved presses.
+    if (queue && queue.busy() && e.detail.requestConfig && e.detail.requestConfig.verb === "get" && !loading) {
+      e.preventDefault();
+      return;
+    }
+    // Leaving the task (give up, bad problem) while presses are unsaved would
+    // close it under them: first the presses, then the rest.
+    var posting = queue && e.detail.requestConfig && e.detail.requestConfig.verb === "post";
+    if (posting && queue.busy()) {
+      e.preventDefault();
+      flash("Your last ratings are still being saved; try again in a moment.");
+      return;
+    }
+    inflight += 1;
+    // No key press may aim at a task that is being left.
+    if (posting) hold = hold || "Sending.";
+  });
   document.addEventListener("htmx:afterRequest", function () {
     inflight = Math.max(0, inflight - 1);
   });
 
   document.addEventListener("htmx:beforeSwap", function (e) {
     var header = e.detail.xhr && e.detail.xhr.getResponseHeader("X-Rating-Version");
-    if (!header || !e.detail.shouldSwap) return;
+    if (!header || !e.detail.shouldSwap || queue) return;
     var parts = header.split(":");
     var id = parts[0], version = parseInt(parts[1], 10);
     if ((shown[id] || 0) > version) { e.detail.shouldSwap = false; return; }
@@ -187,10 +355,16 @@
     flash(text);
     pendingKeys = [];
     // Show what the server really has: the optimistic state may be wrong now.
-    reloadPanel();
+    if (!loading) reloadPanel(); else loading = false;
   });
 
   document.addEventListener("htmx:sendError", function () {
+    loading = false;
+    if (queue) {
+      hold = "The connection to the server was lost: reload the page to see what is stored.";
+      flash(hold);
+      return;
+    }
     flash("Not saved: the connection to the server was lost. Your earlier ratings are safe; press the key again when you are back online.");
     pendingKeys = [];
   });
@@ -206,7 +380,13 @@
     // Once per response: out-of-band rows settle too, each with this event.
     if (!e.target || e.target.id !== "task") return;
     initPanel();
-    while (inflight === 0 && pendingKeys.length) handleKey(pendingKeys.shift());
+    while (!queue && inflight === 0 && pendingKeys.length) handleKey(pendingKeys.shift());
+  });
+
+  // A page restored from the back/forward cache shows a state that may be
+  // long gone (a submitted task as editable): load it afresh.
+  window.addEventListener("pageshow", function (e) {
+    if (e.persisted && panel()) window.location.reload();
   });
 
   document.addEventListener("DOMContentLoaded", function () {

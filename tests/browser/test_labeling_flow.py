@@ -33,7 +33,8 @@ ALTERNATIVES = ["Subtracting $5x$ from both sides gives $x = 14$.", "So $x - 14 
 
 
 def _wait_saved(page) -> None:
-    page.wait_for_function("() => !document.querySelector('.htmx-request')")
+    # Nothing in flight: no htmx request, and no key press waiting in the press queue.
+    page.wait_for_function("() => !document.querySelector('.htmx-request') && !window.pressQueue.busy()")
 
 
 def test_it_labels_by_keyboard_resumes_after_reload_and_exports_what_was_clicked(live_server, page, tmp_path):

@@ -16,6 +16,7 @@ from labeling.models import (
     Assignment,
     AssignmentStatus,
     ExportJob,
+    FinishReason,
     GoldStep,
     Labeler,
     LabelerStatus,
@@ -244,3 +245,17 @@ def test_it_estimates_unfiltered_counts_on_postgresql() -> None:
 def test_it_counts_exactly_where_no_estimate_applies() -> None:
     make_labeler()
     assert EstimatedCountPaginator(Labeler.objects.all(), 50).count == 1
+
+
+def test_the_admin_shows_problem_steps_and_labeler_text_bidi_isolated_with_hidden_characters_visible(
+    staff_client: Client,
+) -> None:
+    task = make_task(generation=make_generation(), steps=["\u202eevil", "zero\u200bwidth"])
+    assignment = make_submitted(task=task, labeler=make_labeler(), ratings=[1, 1], finish_reason=FinishReason.GIVE_UP)
+    Assignment.objects.filter(pk=assignment.pk).update(finish_reason_text="too hard\u2067!")
+    body = staff_client.get(reverse("admin:labeling_assignment_change", args=[assignment.pk])).content.decode()
+    solution = staff_client.get(reverse("admin:labeling_solution_change", args=[task.solution_id])).content.decode()
+    for page in (body, solution):
+        assert "\u202e" not in page and "\u200b" not in page
+        assert '<bdi><span class="ctl" title="RIGHT-TO-LEFT OVERRIDE">\u27e8U+202E\u27e9</span>evil</bdi>' in page
+    assert "\u27e8U+200B\u27e9" in body and "\u27e8U+2067\u27e9" in body

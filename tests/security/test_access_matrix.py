@@ -58,6 +58,7 @@ MATRIX: dict[str, Rule] = {
     "api-task-next": Rule("work", method="post", api=True),
     "task": Rule("own", obj="assignment"),
     "rate": Rule("own", method="post", obj="assignment"),
+    "presses": Rule("own", method="post", obj="assignment"),
     "submit": Rule("own", method="post", obj="assignment"),
     "give-up": Rule("own", method="post", obj="assignment"),
     "bad-problem": Rule("own", method="post", obj="assignment"),

@@ -1,0 +1,44 @@
+"""How stored text is shown to people: isolated from the page's direction, with invisible characters made visible.
+
+Problems, steps, answers and what labelers write come from imports and from
+people. A right-to-left override (U+202E) in them would reorder the text
+around it on screen ("\\u202eevil" reads "live"), and a zero-width character
+would hide a difference; either can make a labeler rate what is not there.
+So every such text is shown inside ``<bdi>`` (its own direction, unable to
+reach outside), and each format or control character is drawn as its code
+point, e.g. ⟨U+202E⟩. Plain code: no ORM.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
+
+# Whitespace a text may carry as it is; every other control (Cc) or format
+# (Cf) character, and the line and paragraph separators, is shown.
+_KEPT = frozenset("\n\r\t")
+_SHOWN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
+
+
+def is_hidden_character(ch: str) -> bool:
+    return ch not in _KEPT and unicodedata.category(ch) in _SHOWN_CATEGORIES
+
+
+def visible_controls(text: str) -> SafeString:
+    """``text`` as HTML, escaped, each hidden character drawn as ⟨U+XXXX⟩ (its name in the title)."""
+    out: list[str] = []
+    for ch in text:
+        if is_hidden_character(ch):
+            code = f"U+{ord(ch):04X}"
+            name = unicodedata.name(ch, "control character")
+            out.append(f'<span class="ctl" title="{escape(name)}">\u27e8{code}\u27e9</span>')
+        else:
+            out.append(escape(ch))
+    return mark_safe("".join(out))  # every piece above is escaped
+
+
+def isolated(text: str | None) -> SafeString:
+    """``text`` as HTML inside ``<bdi>``, with hidden characters visible (visible_controls)."""
+    return mark_safe(f"<bdi>{visible_controls(text or '')}</bdi>")  # escaped by visible_controls

@@ -1,0 +1,21 @@
+"""Stored text on screen: escaped, bidi-isolated, hidden characters drawn as their code points."""
+
+from __future__ import annotations
+
+from labeling.data.display import isolated, visible_controls
+
+
+def test_bidi_controls_and_invisible_characters_are_drawn_and_whitespace_is_kept() -> None:
+    html = visible_controls("a\u202eb\u200bc\u2066d\x07e\tf\ng\u2028h")
+    for code in ("U+202E", "U+200B", "U+2066", "U+0007", "U+2028"):
+        assert f"\u27e8{code}\u27e9" in html
+    assert "\t" in html and "\n" in html
+    assert not any(ch in html for ch in "\u202e\u200b\u2066\x07\u2028")
+
+
+def test_text_is_escaped_and_isolated() -> None:
+    assert isolated("<b>x</b> & \u202e") == (
+        "<bdi>&lt;b&gt;x&lt;/b&gt; &amp; "
+        '<span class="ctl" title="RIGHT-TO-LEFT OVERRIDE">\u27e8U+202E\u27e9</span></bdi>'
+    )
+    assert isolated(None) == "<bdi></bdi>"
