@@ -17,10 +17,18 @@ _MAY_TAKE_WORK = frozenset({LabelerStatus.SCREENING, LabelerStatus.ACTIVE})
 
 
 def labeler_for_user(*, user: AbstractBaseUser) -> Labeler:
-    """The user's Labeler, created on first visit (status: the model default)."""
+    """The user's Labeler, created on first visit (status: the model default).
+
+    No query when the user was loaded with it (labeling.web.backends).
+    """
+    cache: dict[str, object] = user._state.fields_cache
+    cached = cache.get("labeler")
+    if isinstance(cached, Labeler):
+        return cached
     # get_or_create retries the get after an IntegrityError, so two first
     # requests of the same user at the same moment end with one row.
     labeler, _created = Labeler.objects.get_or_create(user=user)
+    cache["labeler"] = labeler
     return labeler
 
 
