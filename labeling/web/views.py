@@ -37,7 +37,7 @@ from labeling.work.assignment import (
     assignment_abandon,
 )
 from labeling.work.queue import LabelerMayNotWork, assignment_next
-from labeling.work.rating import assignment_submit, step_rate
+from labeling.work.rating import assignment_submit_and_next, step_rate
 from labeling.work.selectors import assignment_current, labeler_stats, task_screen_from
 
 
@@ -132,13 +132,14 @@ def rate(request: LabelerRequest, pk: int, step: int, completion: int) -> HttpRe
 @require_POST
 def submit(request: LabelerRequest, pk: int) -> HttpResponse:
     try:
-        # Ownership is checked in the service's locking read, as for a rating.
-        assignment_submit(assignment_id=pk, user_id=request.user.pk)
+        # Ownership is checked in the service's locking read, as for a rating;
+        # the next task is handed out in the same transaction.
+        handout = assignment_submit_and_next(assignment_id=pk, user_id=request.user.pk, labeler=labeler_of(request))
     except AssignmentNotFound as exc:
         raise Http404("No such assignment.") from exc
     except (AssignmentClosed, NotFinished) as exc:
         return refused(request, str(exc))
-    return next_after_finish(request)
+    return next_after_finish(request, handout)
 
 
 @login_required

@@ -102,44 +102,74 @@ _REFUSED = _Refused()
 _RNG = random.Random()
 
 
+def assignment_next_in_transaction(
+    *, labeler: Labeler, now: datetime, rng: random.Random | None = None
+) -> Assignment | None:
+    """assignment_next inside the caller's transaction, with no savepoint of its own (submit + next is one).
+
+    None when nothing is waiting and when the labeler may not be handed work;
+    ``labeler`` then carries the status, and a change this call made to it is
+    committed with the caller's transaction. An IntegrityError (a second
+    request of the same labeler leased first) aborts the caller's transaction:
+    the caller starts it again, and the retry resumes that lease.
+    """
+    if not labeler_can_take_work(labeler):
+        return None
+    outcome = _assignment_next_locked(labeler=labeler, now=now, rng=rng or _RNG)
+    return outcome if isinstance(outcome, Assignment) else None
+
+
+def is_fresh_lease(assignment: Assignment, *, now: datetime) -> bool:
+    """Whether ``assignment`` was leased by the call that was given ``now`` (not resumed): it has no ratings yet.
+
+    _lease sets started_at to that very ``now`` object; a resumed assignment's
+    comes from the database, so identity tells the two apart exactly.
+    """
+    return assignment.started_at is now
+
+
 def _assignment_next(*, labeler: Labeler, now: datetime, rng: random.Random) -> Assignment | _Refused | None:
     with transaction.atomic():
-        # The labeler's own row, locked: the status read here decides what
-        # they may be handed, and a status change (admission, suspension,
-        # admin override in labeler_set_status) must not interleave with a
-        # hand-out that read the old one. Two requests of the same person
-        # queue here instead of racing. NO KEY: inserting their assignment
-        # (a foreign key to this row) must not wait on it.
-        fresh = (
-            Labeler.objects.select_for_update(no_key=True)
-            .filter(pk=labeler.pk)
-            .values_list("status", "status_reason", "status_changed_at")
-            .first()
-        )
-        if fresh is None:
+        return _assignment_next_locked(labeler=labeler, now=now, rng=rng)
+
+
+def _assignment_next_locked(*, labeler: Labeler, now: datetime, rng: random.Random) -> Assignment | _Refused | None:
+    # The labeler's own row, locked: the status read here decides what
+    # they may be handed, and a status change (admission, suspension,
+    # admin override in labeler_set_status) must not interleave with a
+    # hand-out that read the old one. Two requests of the same person
+    # queue here instead of racing. NO KEY: inserting their assignment
+    # (a foreign key to this row) must not wait on it.
+    fresh = (
+        Labeler.objects.select_for_update(no_key=True)
+        .filter(pk=labeler.pk)
+        .values_list("status", "status_reason", "status_changed_at")
+        .first()
+    )
+    if fresh is None:
+        return _REFUSED
+    labeler.status, labeler.status_reason, labeler.status_changed_at = fresh
+    if not labeler_can_take_work(labeler):
+        return _REFUSED
+    current = _resume_current(labeler=labeler, now=now)
+    if current is not None:
+        if not labeler_needs_screening(labeler) or current.task.kind == TaskKind.SCREENING:
+            return current
+        # Only reachable by editing the status around the service; never
+        # let an unscreened person continue normal work.
+        Assignment.objects.filter(pk=current.pk).update(status=AssignmentStatus.EXPIRED)
+    if labeler_needs_screening(labeler):
+        screening = _next_screening(labeler=labeler, now=now)
+        if screening is not None:
+            return screening
+        labeler_screening_conclude(labeler=labeler, now=now)
+        if labeler.status == LabelerStatus.SCREENING:
+            return None  # no screening set yet, or it is still being built
+        if labeler.status != LabelerStatus.ACTIVE:
             return _REFUSED
-        labeler.status, labeler.status_reason, labeler.status_changed_at = fresh
-        if not labeler_can_take_work(labeler):
-            return _REFUSED
-        current = _resume_current(labeler=labeler, now=now)
-        if current is not None:
-            if not labeler_needs_screening(labeler) or current.task.kind == TaskKind.SCREENING:
-                return current
-            # Only reachable by editing the status around the service; never
-            # let an unscreened person continue normal work.
-            Assignment.objects.filter(pk=current.pk).update(status=AssignmentStatus.EXPIRED)
-        if labeler_needs_screening(labeler):
-            screening = _next_screening(labeler=labeler, now=now)
-            if screening is not None:
-                return screening
-            labeler_screening_conclude(labeler=labeler, now=now)
-            if labeler.status == LabelerStatus.SCREENING:
-                return None  # no screening set yet, or it is still being built
-            if labeler.status != LabelerStatus.ACTIVE:
-                return _REFUSED
-        if labeler_quality_enforce(labeler=labeler, now=now):
-            return _REFUSED
-        return _next_work(labeler=labeler, now=now, rng=rng)
+    if labeler_quality_enforce(labeler=labeler, now=now):
+        return _REFUSED
+    return _next_work(labeler=labeler, now=now, rng=rng)
 
 
 def _lease(*, task: Task, labeler: Labeler, now: datetime) -> Assignment:
