@@ -213,7 +213,7 @@ def make_sessions(first: int, count: int) -> list[dict[str, str]]:
         user = users[f"bench{first + i}"]
         store = SessionStore()
         store[SESSION_KEY] = str(user.pk)
-        store[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+        store[BACKEND_SESSION_KEY] = settings.AUTHENTICATION_BACKENDS[0]  # as a sign-in would
         store[HASH_SESSION_KEY] = user.get_session_auth_hash()
         store.create()
         cookies.append({"sessionid": store.session_key or "", "csrftoken": get_random_string(32)})
