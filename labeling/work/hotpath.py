@@ -1,4 +1,4 @@
-"""The raw SQL of the two hot paths, a rating click and a hand-out: the only raw SQL of labeling's services.
+"""The raw SQL of the hot paths, a rating click, a submit and a hand-out: the only raw SQL of labeling's services.
 
 Each statement here ran through the ORM first; building and compiling the
 query cost more than PostgreSQL needed to run it (docs/benchmarks.md). Each is
@@ -98,6 +98,15 @@ def _partial(model: type[_M], values: dict[str, Any]) -> _M:
     # ORM builds one from a query, so that save(update_fields=...) works on it.
     names = [f.attname for f in model._meta.concrete_fields if f.attname in values]
     return model.from_db(connection.alias, names, [values[n] for n in names])
+
+
+def _aware(value: datetime | str | None) -> datetime | None:
+    # SQLite hands back naive UTC datetimes (as text) to a raw query.
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if value is not None and timezone.is_naive(value):
+        value = timezone.make_aware(value, UTC)
+    return value
 
 
 def assignment_locked(*, assignment_id: int, user_id: int | None, task_lock: bool) -> Assignment | None:
@@ -264,25 +273,6 @@ def task_places(*, task_id: int, labeler_id: int, now: datetime) -> Places:
     return Places(task=task, live=int(values["live"]), mine=int(values["mine"]), lapsed=int(values["lapsed"]))
 
 
-# A submit closes its task once it has all its labelers. Under the task row
-# lock (taken by the submit), so two labelers finishing one multi-labeler
-# task count each other's submissions. Primary key; the count rides
-# assignment_one_per_task_and_labeler.
-TASK_CLOSE_WHEN_COMPLETE = """
-    UPDATE labeling_task SET status = %s
-    WHERE id = %s AND status = %s
-      AND labelers_needed <= (SELECT COUNT(*) FROM labeling_assignment a
-                              WHERE a.task_id = labeling_task.id AND a.status = %s)
-"""
-
-
-def task_close_when_complete(*, task_id: int) -> None:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            TASK_CLOSE_WHEN_COMPLETE, [TaskStatus.DONE, task_id, TaskStatus.OPEN, AssignmentStatus.SUBMITTED]
-        )
-
-
 # The labeler's own row, locked, with their in-progress assignment if they
 # have one (assignment_one_in_progress_per_labeler: at most one) and its task:
 # what a hand-out reads first, in one statement. NO KEY: inserting their new
@@ -329,10 +319,22 @@ def labeler_locked(*, labeler_id: int) -> tuple[tuple[str, str, datetime | None]
     return status, assignment
 
 
-def _aware(value: datetime | str | None) -> datetime | None:
-    # SQLite hands back naive UTC datetimes (as text) to a raw query.
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    if value is not None and timezone.is_naive(value):
-        value = timezone.make_aware(value, UTC)
-    return value
+# --- A submit ------------------------------------------------------------------
+
+# A submit closes its task once it has all its labelers. Under the task row
+# lock (taken by the submit), so two labelers finishing one multi-labeler
+# task count each other's submissions. Primary key; the count rides
+# assignment_one_per_task_and_labeler.
+TASK_CLOSE_WHEN_COMPLETE = """
+    UPDATE labeling_task SET status = %s
+    WHERE id = %s AND status = %s
+      AND labelers_needed <= (SELECT COUNT(*) FROM labeling_assignment a
+                              WHERE a.task_id = labeling_task.id AND a.status = %s)
+"""
+
+
+def task_close_when_complete(*, task_id: int) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            TASK_CLOSE_WHEN_COMPLETE, [TaskStatus.DONE, task_id, TaskStatus.OPEN, AssignmentStatus.SUBMITTED]
+        )
