@@ -175,10 +175,6 @@ def _database_config() -> dict[str, Any]:
 DATABASES = {"default": _database_config()}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# The first loads the user's Labeler with the user (labeling.web.backends);
-# ModelBackend reads the sessions signed in through it before, until they end.
-AUTHENTICATION_BACKENDS = ["labeling.web.backends.UserWithLabelerBackend", "django.contrib.auth.backends.ModelBackend"]
-
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
