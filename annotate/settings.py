@@ -171,6 +171,9 @@ def _database_config() -> dict[str, Any]:
         raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from None
     if config["ENGINE"] != "django.db.backends.postgresql":
         raise ImproperlyConfigured(f"DATABASE_URL must be postgres:// or sqlite://, got engine {config['ENGINE']}")
+    # Persistent connections are checked before each request's first query,
+    # by looking at the socket rather than a SELECT 1 (annotate.postgresql).
+    config["ENGINE"] = "annotate.postgresql"
     config["CONN_HEALTH_CHECKS"] = True
     return config
 

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import http.client
-import json
 import multiprocessing
 import os
 import random
@@ -59,6 +58,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 PY = str(ROOT / ".venv" / "bin" / "python")
 HISTORY_GENERATION, LOAD_GENERATION = 9000, 9001
+COST_HEADER = "X-Bench-Cost"  # benchmarks.serving.probe
 PASSWORD = "bench-password-1"
 
 
@@ -102,10 +102,10 @@ def build(args: argparse.Namespace, env: dict[str, str]) -> None:
                        md5(i::text), 'reference', i::text, 'Algebra', 'train', now()
                 FROM generate_series(1, {n}) AS i""",
             f"""INSERT INTO labeling_solution (problem_id, steps, content_sha256, final_answer, source_model,
-                grading_note, created_at)
+                grading_note, generator, source_key, created_at)
                 SELECT p.id, (SELECT jsonb_agg('Step ' || j || ': so $x_{{' || j || '}} = \\frac{{' || p.id || '}}{{'
                     || j || '}}$.') FROM generate_series(1, {k}) AS j), md5('s' || p.id), p.id::text, 'bench', '',
-                    now()
+                    'bench', '', now()
                 FROM labeling_problem p""",
             f"""INSERT INTO labeling_generation (number, phase, status, config, error, created_at)
                 VALUES ({HISTORY_GENERATION}, 2, 'closed', '{{}}', '', now()),
@@ -213,40 +213,55 @@ def make_sessions(first: int, count: int) -> list[dict[str, str]]:
         user = users[f"bench{first + i}"]
         store = SessionStore()
         store[SESSION_KEY] = str(user.pk)
-        store[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+        store[BACKEND_SESSION_KEY] = settings.AUTHENTICATION_BACKENDS[0]  # as a sign-in would
         store[HASH_SESSION_KEY] = user.get_session_auth_hash()
         store.create()
         cookies.append({"sessionid": store.session_key or "", "csrftoken": get_random_string(32)})
     return cookies
 
 
-def start_server(args: argparse.Namespace, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    subprocess.run([PY, "manage.py", "collectstatic", "--no-input", "-v", "0"], cwd=ROOT, env=env, check=True)
+def server_env(args: argparse.Namespace, env: dict[str, str], app: str) -> dict[str, str]:
+    """The product (with the cost probe) or the floor; ``application_name`` tells their PostgreSQL backends apart."""
+    settings_module = {"product": "benchmarks.serving.product_settings", "floor": "benchmarks.serving.floor_settings"}
+    sep = "&" if "?" in args.database_url else "?"
+    return {**env, "DJANGO_SETTINGS_MODULE": settings_module[app],
+            "DATABASE_URL": f"{args.database_url}{sep}application_name=bench-{app}"}  # fmt: skip
+
+
+def start_server(args: argparse.Namespace, env: dict[str, str], app: str = "product") -> subprocess.Popen[bytes]:
+    port = args.port if app == "product" else args.port + 1
+    if app == "product":
+        subprocess.run([PY, "manage.py", "collectstatic", "--no-input", "-v", "0"], cwd=ROOT, env=env, check=True)
     server = subprocess.Popen(
         [str(ROOT / ".venv" / "bin" / "gunicorn"), "annotate.wsgi", "-w", str(args.workers),
          "--worker-class", "gthread", "--threads", str(args.threads), "--keep-alive", "75", "-b",
-         f"127.0.0.1:{args.port}", "--access-logfile", "-" if args.access_log else "/dev/null",
+         f"127.0.0.1:{port}", "--access-logfile", "-" if args.access_log else "/dev/null",
          "--log-level", "warning", "--backlog", "2048"],
-        cwd=ROOT, env=env,
+        cwd=ROOT, env=server_env(args, env, app),
     )  # fmt: skip
     for _ in range(100):
+        if server.poll() is not None:
+            raise SystemExit(f"gunicorn ({app}) exited with {server.returncode}")
         try:
-            conn = http.client.HTTPConnection("127.0.0.1", args.port, timeout=1)
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
             conn.request("GET", "/login/")
             if conn.getresponse().status == 200:
                 return server
         except OSError:
             time.sleep(0.2)
     server.kill()
-    raise SystemExit("gunicorn did not come up")
+    raise SystemExit(f"gunicorn ({app}) did not come up")
 
 
 # --- simulated labelers ------------------------------------------------------
 class Labeler:
-    def __init__(self, port: int, cookies: dict[str, str], stats: dict[str, list[float]], lock: threading.Lock) -> None:
+    def __init__(self, port: int, cookies: dict[str, str], stats: dict[str, list[float]], lock: threading.Lock,
+                 costs: dict[str, list[list[int]]] | None = None) -> None:  # fmt: skip
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         self.cookies, self.stats, self.lock = dict(cookies), stats, lock
+        self.costs = costs if costs is not None else defaultdict(list)
         self.acked = 0
+        self.unanswered_ratings = 0  # sent, no answer (timed out): stored or not, never acknowledged
         self.errors = 0
         self.http_errors = 0
 
@@ -269,10 +284,15 @@ class Labeler:
         except (OSError, http.client.HTTPException):
             self.conn.close()
             self.errors += 1
+            if label == "rate":
+                self.unanswered_ratings += 1
             return 0, {}, ""
         elapsed = (time.perf_counter() - t0) * 1000
+        cost = response.headers.get(COST_HEADER)
         with self.lock:
             self.stats[label].append(elapsed)
+            if cost:
+                self.costs[label].append([int(kv.partition("=")[2]) for kv in cost.split(";")])
         for value in response.headers.get_all("Set-Cookie") or []:
             k, _, rest = value.partition("=")
             self.cookies[k] = rest.split(";", 1)[0]
@@ -330,15 +350,18 @@ def drive(
     n_steps: int,
     spawn_rate: float,
     out: Any,
+    sign_in: bool = True,
 ) -> None:
     """Runs in its own process: one thread per labeler."""
     stats: dict[str, list[float]] = defaultdict(list)
     lock = threading.Lock()
     # Measure the real sign-in a few times (PBKDF2 by design, so not for all).
-    probe = Labeler(port, {}, stats, lock)
-    for i in range(3):
-        probe.sign_in(f"bench{i}")
-    labelers = [Labeler(port, cookies, stats, lock) for cookies in sessions]
+    costs: dict[str, list[list[int]]] = defaultdict(list)
+    if sign_in:
+        probe = Labeler(port, {}, stats, lock)
+        for i in range(3):
+            probe.sign_in(f"bench{i}")
+    labelers = [Labeler(port, cookies, stats, lock, costs) for cookies in sessions]
     deadline = time.monotonic() + duration
     threads = [
         threading.Thread(target=lab.run, args=(deadline, think, n_steps, i / spawn_rate if spawn_rate else 0.0),
@@ -351,48 +374,114 @@ def drive(
     for t in threads:
         t.join(duration + 60)
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    out.send({"stats": dict(stats), "acked": sum(x.acked for x in labelers),
+    out.send({"stats": dict(stats), "costs": dict(costs), "acked": sum(x.acked for x in labelers),
+              "unanswered_ratings": sum(x.unanswered_ratings for x in labelers),
               "errors": sum(x.errors for x in labelers),
               "http_errors": sum(x.http_errors for x in labelers), "wall": time.perf_counter() - t0,
               "generator_cpu": usage.ru_utime + usage.ru_stime})  # fmt: skip
 
 
-def _server_cpu(server_pid: int) -> float:
-    """CPU seconds so far of gunicorn (master and workers) and every PostgreSQL process."""
-    import psutil
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 
-    total = 0.0
-    root = psutil.Process(server_pid)
-    procs = [root, *root.children(recursive=True)]
-    procs += [p for p in psutil.process_iter(["name"]) if (p.info["name"] or "").startswith("postgres")]
-    for p in procs:
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system
-        except psutil.Error:
-            pass
-    return total
+
+def _proc_cpu(pid: int) -> float | None:
+    """utime + stime of one process in seconds (/proc/<pid>/stat fields 14 and 15); None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+class CpuMeter:
+    """CPU of one server over a run: its gunicorn tree and its own PostgreSQL backends, nothing else.
+
+    The backends are the rows of pg_stat_activity for the benchmark database
+    with the server's application_name, sampled every ``interval`` seconds
+    during the run (persistent connections, so the set barely changes). A
+    process seen first after the start counts from zero; one that ends during
+    the run counts up to its last sample (CONN_MAX_AGE recycles a backend at
+    most once a minute, so that loses at most ``interval`` of its CPU).
+    Autovacuum, the WAL writer, other databases and other users' backends are
+    not counted: they were, before, and inflated the server's figure.
+    """
+
+    def __init__(self, server_pid: int, url: str, app_name: str, interval: float = 0.5) -> None:
+        self.server_pid, self.url, self.app_name, self.interval = server_pid, url, app_name, interval
+        self.first: dict[tuple[str, int], float] = {}
+        self.last: dict[tuple[str, int], float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _pids(self, db: Any) -> list[tuple[str, int]]:
+        import psutil
+
+        root = psutil.Process(self.server_pid)
+        app = [("app", p.pid) for p in [root, *root.children(recursive=True)]]
+        rows = db.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = %s",
+            [self.app_name],
+        ).fetchall()
+        return app + [("pg", int(r[0])) for r in rows]
+
+    def _sample(self, db: Any, *, initial: bool) -> None:
+        for key in self._pids(db):
+            cpu = _proc_cpu(key[1])
+            if cpu is None:
+                continue
+            if key not in self.first:
+                self.first[key] = cpu if initial else 0.0
+            self.last[key] = cpu
+
+    def _run(self) -> None:
+        with _connect(self.url) as db:
+            self._sample(db, initial=True)
+            self._ready.set()
+            while not self._stop.wait(self.interval):
+                self._sample(db, initial=False)
+            self._sample(db, initial=False)
+
+    def __enter__(self) -> CpuMeter:
+        self._ready = threading.Event()
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def seconds(self, kind: str) -> float:
+        return sum(self.last[k] - self.first[k] for k in self.last if k[0] == kind)
 
 
 def run_load(args: argparse.Namespace, labelers: int, duration: float, think: tuple[float, float] | None,
-             first: int = 0) -> dict[str, Any]:  # fmt: skip
+             first: int = 0, app: str = "product") -> dict[str, Any]:  # fmt: skip
     sessions = make_sessions(first, labelers)
     receive, send = multiprocessing.Pipe(duplex=False)
+    port = args.port if app == "product" else args.port + 1
     process = multiprocessing.Process(
-        target=drive, args=(args.port, sessions, duration, think, args.steps, args.spawn_rate, send)
+        target=drive,
+        args=(port, sessions, duration, think, args.steps, args.spawn_rate, send, app == "product"),
     )
-    cpu0 = _server_cpu(args.server_pid)
-    process.start()
-    result: dict[str, Any] = receive.recv()
-    process.join()
-    # PostgreSQL processes that ended during the run are not counted (connections
-    # persist under CONN_MAX_AGE, so nearly none do).
-    result["server_cpu"] = _server_cpu(args.server_pid) - cpu0
+    load_before = os.getloadavg()
+    with CpuMeter(args.server_pids[app], args.database_url, f"bench-{app}") as meter:
+        process.start()
+        result: dict[str, Any] = receive.recv()
+        process.join()
+    result["app_cpu"], result["pg_cpu"] = meter.seconds("app"), meter.seconds("pg")
+    result["load_before"], result["load_after"] = load_before, os.getloadavg()
     return result
 
 
-def _check(acked: int, stored: int) -> str:
-    return f"ratings acknowledged {acked}, stored {stored}: {'OK' if stored == acked else 'MISMATCH'}"
+def _check(result: dict[str, Any], stored: int) -> str:
+    """Every acknowledged rating is stored; a rating whose answer never came (client timeout) may be stored too."""
+    acked, unanswered = result["acked"], result.get("unanswered_ratings", 0)
+    ok = acked == stored or (unanswered and acked <= stored <= acked + unanswered)
+    return (f"ratings acknowledged {acked}, stored {stored}"
+            + (f" ({unanswered} sent without an answer)" if unanswered else "")
+            + f": {'OK' if ok else 'MISMATCH'}")  # fmt: skip
 
 
 def pct(values: list[float], q: float) -> float:
@@ -403,24 +492,38 @@ def pct(values: list[float], q: float) -> float:
 
 
 def report(title: str, result: dict[str, Any]) -> dict[str, Any]:
-    print(f"\n== {title}: {result['wall']:.0f} s, errors {result['errors']}")
-    print(f"{'endpoint':<14}{'count':>8}{'req/s':>9}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}")
+    wall = result["wall"]
+    before, after = result["load_before"], result["load_after"]
+    print(f"\n== {title}: {wall:.0f} s, errors {result['errors']}; load average {before[0]:.2f} before,"
+          f" {after[0]:.2f} after ({os.cpu_count()} cores)")  # fmt: skip
+    print(f"{'endpoint':<14}{'count':>8}{'req/s':>8}{'p50 ms':>8}{'p95 ms':>8}{'p99 ms':>8}"
+          f"{'trips':>7}{'stmts':>7}{'app ms':>8}{'pg ms':>7}")  # fmt: skip
     summary: dict[str, Any] = {}
     for name, values in sorted(result["stats"].items()):
-        rate = len(values) / result["wall"]
+        rate = len(values) / wall
         row = {"count": len(values), "rps": rate, "p50": statistics.median(values),
                "p95": pct(values, 95), "p99": pct(values, 99)}  # fmt: skip
+        costs = result.get("costs", {}).get(name)
+        if costs:
+            # q, tx, ping, app_us, pg_us per request (benchmarks.serving.probe).
+            mean = [statistics.fmean(c[i] for c in costs) for i in range(5)]
+            row.update(statements=mean[0], round_trips=mean[0] + 2 * mean[1] + mean[2],
+                       app_ms=mean[3] / 1000, pg_ms=mean[4] / 1000)  # fmt: skip
         summary[name] = row
-        print(f"{name:<14}{row['count']:>8}{rate:>9.1f}{row['p50']:>9.1f}{row['p95']:>9.1f}{row['p99']:>9.1f}")
+        extra = (f"{row['round_trips']:>7.1f}{row['statements']:>7.1f}{row['app_ms']:>8.2f}{row['pg_ms']:>7.2f}"
+                 if costs else "")  # fmt: skip
+        print(f"{name:<14}{row['count']:>8}{rate:>8.1f}{row['p50']:>8.1f}{row['p95']:>8.1f}{row['p99']:>8.1f}{extra}")
     total = sum(len(v) for v in result["stats"].values())
-    print(f"throughput: {total / result['wall']:.1f} requests/s, {result['acked'] / result['wall']:.1f} ratings/s")
-    wall = result["wall"]
-    print(f"CPU: load generator {result['generator_cpu']:.1f} s ({100 * result['generator_cpu'] / wall:.0f}% of one"
-          f" core); server (gunicorn + PostgreSQL) {result['server_cpu']:.1f} s"
-          f" ({100 * result['server_cpu'] / wall:.0f}% of one core), {1000 * result['server_cpu'] / max(total, 1):.1f}"
-          " ms per request")  # fmt: skip
-    summary["cpu"] = {"generator_s": result["generator_cpu"], "server_s": result["server_cpu"],
-                      "server_ms_per_request": 1000 * result["server_cpu"] / max(total, 1)}  # fmt: skip
+    print(f"throughput: {total / wall:.1f} requests/s, {result['acked'] / wall:.1f} ratings/s")
+    per = 1000 / max(total, 1)
+    print(f"CPU per request: app (gunicorn tree) {per * result['app_cpu']:.2f} ms + its PostgreSQL backends"
+          f" {per * result['pg_cpu']:.2f} ms = {per * (result['app_cpu'] + result['pg_cpu']):.2f} ms"
+          f" ({100 * (result['app_cpu'] + result['pg_cpu']) / wall:.0f}% of one core);"
+          f" load generator {100 * result['generator_cpu'] / wall:.0f}% of one core")  # fmt: skip
+    summary["cpu"] = {"generator_s": result["generator_cpu"], "app_s": result["app_cpu"], "pg_s": result["pg_cpu"],
+                      "app_ms_per_request": per * result["app_cpu"], "pg_ms_per_request": per * result["pg_cpu"],
+                      "server_ms_per_request": per * (result["app_cpu"] + result["pg_cpu"])}  # fmt: skip
+    summary["load"] = {"before": before[0], "after": after[0]}
     return summary
 
 
@@ -458,6 +561,63 @@ def soak_verdict(result: dict[str, Any], summary: dict[str, Any], stored: int) -
     return verdicts
 
 
+def compare(args: argparse.Namespace, steps: list[int], think: tuple[float, float]) -> None:
+    """Product and floor in alternating runs on one database (reset before each); medians and ratios."""
+    loads: list[tuple[str, int | None]] = []
+    if args.mode in ("think", "both"):
+        loads.append((f"{args.labelers} labelers, think {think[0]:g}-{think[1]:g} s", None))
+    if args.mode in ("closed", "both"):
+        loads += [(f"closed loop, {c} labelers", c) for c in steps]
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in range(args.rounds):
+        for load, concurrency in loads:
+            # Alternate which goes first, so neither always follows the other.
+            for app in ("product", "floor") if r % 2 == 0 else ("floor", "product"):
+                with _connect(args.database_url) as db:
+                    _reset_load(db)
+                before = stored_ratings(args.database_url)
+                labelers = args.labelers if concurrency is None else concurrency
+                result = run_load(args, labelers, args.duration, None if concurrency else think, app=app)
+                summary = report(f"round {r + 1}, {app}: {load}", result)
+                stored = stored_ratings(args.database_url) - before
+                print(_check(result, stored))
+                summary["stored_ok"] = _check(result, stored).endswith("OK")
+                summary["errors"] = result["errors"]
+                runs[(load, app)].append(summary)
+
+    def med(app_runs: list[dict[str, Any]], *path: str) -> float:
+        values = []
+        for run in app_runs:
+            value: Any = run
+            for key in path:
+                value = value.get(key) if isinstance(value, dict) else None
+            if value is not None:
+                values.append(float(value))
+        return statistics.median(values) if values else float("nan")
+
+    print(f"\n== product / floor, medians of {args.rounds} alternating runs each")
+    for load, _ in loads:
+        product, floor = runs[(load, "product")], runs[(load, "floor")]
+        loads_seen = [run["load"]["before"] for run in product + floor]
+        print(f"\n{load} (load average {min(loads_seen):.2f}-{max(loads_seen):.2f} before the runs;"
+              f" errors {sum(r['errors'] for r in product)} / {sum(r['errors'] for r in floor)};"
+              f" stored == acknowledged in {sum(r['stored_ok'] for r in product + floor)} of"
+              f" {len(product + floor)} runs)")  # fmt: skip
+        print(f"{'':<34}{'product':>10}{'floor':>10}{'ratio':>8}")
+        rows = [
+            (f"{name} {key}", (name, key))
+            for name in ("rate", "submit+next")
+            for key in ("p50", "p95", "p99", "rps", "round_trips", "app_ms", "pg_ms")
+        ] + [
+            ("CPU/request app (gunicorn tree) ms", ("cpu", "app_ms_per_request")),
+            ("CPU/request PostgreSQL ms", ("cpu", "pg_ms_per_request")),
+            ("CPU/request total ms", ("cpu", "server_ms_per_request")),
+        ]
+        for label, path in rows:
+            p, f = med(product, *path), med(floor, *path)
+            print(f"{label:<34}{p:>10.2f}{f:>10.2f}{p / f if f else float('nan'):>8.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/annotate_bench_load")
@@ -488,6 +648,16 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--access-log", action="store_true")
     parser.add_argument("--soak", action="store_true", help="think mode, 600 s by default, PASS/FAIL per criterion")
+    parser.add_argument(
+        "--max-load", type=float, default=1.0,
+        help="quiet-machine check of the soak: refuse to start while the 1-minute load average is above this",
+    )  # fmt: skip
+    parser.add_argument("--busy-ok", action="store_true", help="soak on a busy machine anyway (the verdict says so)")
+    parser.add_argument(
+        "--floor", action="store_true",
+        help="alternate runs of the product and the floor (benchmarks/serving/floor.py); report medians and ratios",
+    )  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=3, help="with --floor: runs of each")
     args = parser.parse_args()
     if args.soak:
         args.mode = "think"
@@ -506,21 +676,34 @@ def main() -> None:
 
     django.setup()
     build(args, env)
-    server = start_server(args, env)
-    args.server_pid = server.pid
+    if args.soak:
+        load = os.getloadavg()[0]
+        if load > args.max_load and not args.busy_ok:
+            raise SystemExit(
+                f"load average {load:.2f} > --max-load {args.max_load}: the soak needs a quiet machine"
+                " (--busy-ok runs it anyway and says so in the verdict)"
+            )
+    apps = ["product", "floor"] if args.floor else ["product"]
+    servers = {app: start_server(args, env, app) for app in apps}
+    args.server_pids = {app: server.pid for app, server in servers.items()}
     results: dict[str, Any] = {}
     soak_failed = False
+    lo, hi = (float(x) for x in args.think.split(","))
     try:
+        if args.floor:
+            compare(args, steps, (lo, hi))
+            return
         if args.mode in ("think", "both"):
-            lo, hi = (float(x) for x in args.think.split(","))
             before = stored_ratings(args.database_url)
             result = run_load(args, args.labelers, args.duration, (lo, hi))
             results["think"] = report(f"{args.labelers} labelers, think {lo}-{hi} s", result)
             stored = stored_ratings(args.database_url) - before
-            print(_check(result["acked"], stored))
+            print(_check(result, stored))
             if args.soak:
                 verdicts = soak_verdict(result, results["think"], stored)
-                print(f"\n== soak: {args.labelers} labelers, {args.duration:.0f} s")
+                load = result["load_before"][0]
+                quiet = "quiet" if load <= args.max_load else f"BUSY (load {load:.2f} > {args.max_load}, --busy-ok)"
+                print(f"\n== soak: {args.labelers} labelers, {args.duration:.0f} s, machine {quiet}")
                 for criterion, passed, detail in verdicts:
                     print(f"{'PASS' if passed else 'FAIL'}  {criterion}: {detail}")
                 soak_failed = not all(passed for _, passed, _ in verdicts)
@@ -536,7 +719,7 @@ def main() -> None:
                 first %= args.max_labelers - c
                 summary = report(f"closed loop, {c} concurrent labelers", result)
                 stored = stored_ratings(args.database_url) - before
-                print(_check(result["acked"], stored))
+                print(_check(result, stored))
                 results["closed"][c] = summary
                 p95 = max(summary.get("rate", {}).get("p95", 0), summary.get("submit+next", {}).get("p95", 0))
                 for name in ("rate", "submit+next"):
@@ -546,9 +729,10 @@ def main() -> None:
                     print(f"p95 crossed 100 ms at {c} concurrent labelers")
                     break
     finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(30)
-    print(json.dumps(results, default=float)[:0])
+        for server in servers.values():
+            server.send_signal(signal.SIGTERM)
+        for server in servers.values():
+            server.wait(30)
     if soak_failed:
         raise SystemExit(1)
 

@@ -17,10 +17,22 @@ _MAY_TAKE_WORK = frozenset({LabelerStatus.SCREENING, LabelerStatus.ACTIVE})
 
 
 def labeler_for_user(*, user: AbstractBaseUser) -> Labeler:
-    """The user's Labeler, created on first visit (status: the model default)."""
+    """The user's Labeler, created on first visit (status: the model default).
+
+    Read at most once per user object (so once per request): the result is
+    kept in the user's relation cache, where ``user.labeler`` finds it too. It
+    is not joined into the sign-in's user query: a rating, the most frequent
+    request, never needs it, and the join cost more Python than the separate
+    query saves (docs/benchmarks.md).
+    """
+    cache: dict[str, object] = user._state.fields_cache
+    cached = cache.get("labeler")
+    if isinstance(cached, Labeler):
+        return cached
     # get_or_create retries the get after an IntegrityError, so two first
     # requests of the same user at the same moment end with one row.
     labeler, _created = Labeler.objects.get_or_create(user=user)
+    cache["labeler"] = labeler
     return labeler
 
 

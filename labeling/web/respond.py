@@ -23,7 +23,8 @@ from labeling.work.alternatives import alternatives_generated_attach
 from labeling.work.assignment import AssignmentNotFound, assignment_for_labeler, is_phase_one
 from labeling.work.phase_one import phase_one_screen
 from labeling.work.queue import LabelerMayNotWork, assignment_next
-from labeling.work.selectors import task_screen
+from labeling.work.rating import Handout
+from labeling.work.selectors import TaskScreen, task_screen, task_screen_from
 
 VERSION_HEADER = "X-Rating-Version"
 
@@ -64,13 +65,21 @@ def refused(request: HttpRequest, message: str, *, status: int = 409) -> HttpRes
 
 
 def task_response(
-    request: HttpRequest, assignment: Assignment | None, *, status: int = 200, **extra: object
+    request: HttpRequest, assignment: Assignment | None, *, status: int = 200, fresh: bool = False, **extra: object
 ) -> HttpResponse:
-    """The task screen of either phase (or the empty one), as a page or its ``task-panel`` fragment."""
+    """The task screen of either phase (or the empty one), as a page or its ``task-panel`` fragment.
+
+    ``fresh``: the assignment was leased in this request, so it has no
+    ratings and nothing generated for it yet: the screen needs no query.
+    """
     if assignment is not None and is_phase_one(assignment):
         return phase_one_response(request, assignment, status=status, **extra)
-    pending = assignment is not None and alternatives_generated_attach(assignment=assignment)
-    screen = task_screen(assignment=assignment) if assignment is not None else None
+    screen: TaskScreen | None
+    if assignment is not None and fresh:
+        pending, screen = False, task_screen_from(assignment=assignment, ratings=[])
+    else:
+        pending = assignment is not None and alternatives_generated_attach(assignment=assignment)
+        screen = task_screen(assignment=assignment) if assignment is not None else None
     template = "labeling/task.html#task-panel" if _fragment(request) else "labeling/task.html"
     context = {"screen": screen, "alternatives_pending": pending, **extra}
     response = render(request, template, context, status=status)
@@ -96,14 +105,19 @@ def phase_one_response(
     return _not_kept(response)
 
 
-def next_after_finish(request: LabelerRequest) -> HttpResponse:
+def next_after_finish(request: LabelerRequest, handout: Handout | None = None) -> HttpResponse:
+    """The answer to a finish: the next task. ``handout``: already handed out with the finish (phase-2 submit)."""
     # Finishing hands over the next task at once: the labeler asked for work
     # by starting, and keeps it until they stop.
     labeler = labeler_of(request)
-    try:
-        following = assignment_next(labeler=labeler)
-    except LabelerMayNotWork:
-        following = None
+    fresh = False
+    if handout is not None:
+        following, fresh = handout.following, handout.fresh
+    else:
+        try:
+            following = assignment_next(labeler=labeler)
+        except LabelerMayNotWork:
+            following = None
     if following is None and labeler.status == LabelerStatus.FAILED_SCREENING:
         return screening_redirect(request)
     if not is_htmx(request):
@@ -111,7 +125,7 @@ def next_after_finish(request: LabelerRequest) -> HttpResponse:
             messages.info(request, "Saved. No more tasks are waiting for you right now.")
             return redirect("home")
         return redirect("task", pk=following.pk)
-    response = task_response(request, following, finished=True)
+    response = task_response(request, following, fresh=fresh, finished=True)
     return push_url(response, reverse("task", args=[following.pk]) if following else reverse("home"))
 
 

@@ -39,7 +39,7 @@ from labeling.work.assignment import (
     assignment_abandon,
 )
 from labeling.work.queue import LabelerMayNotWork, assignment_next
-from labeling.work.rating import TaskChanged, assignment_submit, presses_apply, step_rate
+from labeling.work.rating import TaskChanged, assignment_submit_and_next, presses_apply, step_rate
 from labeling.work.selectors import assignment_current, labeler_stats, task_screen_from
 
 
@@ -173,13 +173,16 @@ def submit(request: LabelerRequest, pk: int) -> HttpResponse:
     raw = request.POST.get("version", "")
     version = int(raw) if raw.isdigit() else None
     try:
-        # Ownership is checked in the service's locking read, as for a rating.
-        assignment_submit(assignment_id=pk, user_id=request.user.pk, version=version)
+        # Ownership is checked in the service's locking read, as for a rating;
+        # the next task is handed out in the same transaction.
+        handout = assignment_submit_and_next(
+            assignment_id=pk, user_id=request.user.pk, labeler=labeler_of(request), version=version
+        )
     except AssignmentNotFound as exc:
         raise Http404("No such assignment.") from exc
     except (AssignmentClosed, NotFinished, TaskChanged) as exc:
         return refused(request, str(exc))
-    return next_after_finish(request)
+    return next_after_finish(request, handout)
 
 
 @login_required

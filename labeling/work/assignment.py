@@ -18,12 +18,11 @@ import orjson
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
-from django.db.models import Count, F, OuterRef, Subquery
 from django.utils import timezone
 
 from labeling.data.labels import label_steps_freeze
-from labeling.models import Assignment, AssignmentStatus, FinishReason, Task, TaskStatus
-from labeling.work.hotpath import RatingRow, assignment_locked
+from labeling.models import Assignment, AssignmentStatus, FinishReason
+from labeling.work.hotpath import RatingRow, assignment_locked, task_close_when_complete
 
 MAX_VERSION = 2_000_000_000  # StepRating.version is a PositiveIntegerField.
 
@@ -184,10 +183,7 @@ def assignment_finish(
     )
     # The task row is locked, so two labelers finishing the same
     # multi-labeler task count each other's submissions correctly.
-    submitted = Assignment.objects.filter(task_id=OuterRef("pk"), status=AssignmentStatus.SUBMITTED)
-    Task.objects.filter(pk=assignment.task_id, status=TaskStatus.OPEN).alias(
-        submitted=Subquery(submitted.order_by().values("task_id").annotate(n=Count("pk")).values("n"))
-    ).filter(submitted__gte=F("labelers_needed")).update(status=TaskStatus.DONE)
+    task_close_when_complete(task_id=assignment.task_id)
 
 
 def _label_steps_json(rows: list[RatingRow]) -> str:

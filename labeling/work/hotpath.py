@@ -1,4 +1,4 @@
-"""The raw SQL of the two hot paths, a rating click and a hand-out: the only raw SQL of labeling's services.
+"""The raw SQL of the hot paths, a rating click, a submit and a hand-out: the only raw SQL of labeling's services.
 
 Each statement here ran through the ORM first; building and compiling the
 query cost more than PostgreSQL needed to run it (docs/benchmarks.md). Each is
@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from django.db import connection, models
 from django.utils import timezone
 
-from labeling.models import Assignment, AssignmentStatus, Solution, Task, TaskKind, TaskStatus
+from labeling.models import Assignment, AssignmentStatus, Problem, Solution, Task, TaskKind, TaskStatus
 
 # --- A rating click ------------------------------------------------------------
 
@@ -101,6 +101,15 @@ def _partial(model: type[_M], values: dict[str, Any]) -> _M:
     return model.from_db(connection.alias, names, [values[n] for n in names])
 
 
+def _aware(value: datetime | str | None) -> datetime | None:
+    # SQLite hands back naive UTC datetimes (as text) to a raw query.
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if value is not None and timezone.is_naive(value):
+        value = timezone.make_aware(value, UTC)
+    return value
+
+
 def assignment_locked(*, assignment_id: int, user_id: int | None, task_lock: bool) -> Assignment | None:
     """The assignment row, locked, with its task and the solution's steps; None if not found (or not the owner's).
 
@@ -122,13 +131,7 @@ def assignment_locked(*, assignment_id: int, user_id: int | None, task_lock: boo
         values = dict(zip([c[0] for c in cursor.description], row, strict=True))
     assignment = _partial(Assignment, {k: v for k, v in values.items() if not k.startswith(("t_", "s_"))})
     for name in ("started_at", "last_activity_at", "lease_expires_at"):
-        # SQLite hands back naive UTC datetimes to a raw query.
-        value = getattr(assignment, name)
-        if isinstance(value, str):
-            value = datetime.fromisoformat(value)
-        if value is not None and timezone.is_naive(value):
-            value = timezone.make_aware(value, UTC)
-        setattr(assignment, name, value)
+        setattr(assignment, name, _aware(getattr(assignment, name)))
     steps = values["s_steps"]
     solution = _partial(
         Solution,
@@ -219,3 +222,120 @@ def task_candidate(
         )  # fmt: skip
         row = cursor.fetchone()
     return (int(row[0]), float(row[1]), int(row[2])) if row else None
+
+
+# The candidate again, after its lock: places are re-counted by a new
+# statement, which under READ COMMITTED sees every hand-out committed since
+# the candidate's snapshot (anyone leasing it from now on needs our lock).
+# It also loads what the task screen shows of the task, its solution and its
+# problem. Primary keys; the counts ride assignment_one_per_task_and_labeler
+# (task, labeler).
+TASK_STILL_FREE = """
+    SELECT t.id, t.generation_id, t.solution_id, t.kind, t.status, t.labelers_needed,
+           s.steps AS s_steps, s.problem_id AS s_problem_id, p.problem AS p_problem, p.answer AS p_answer,
+           (SELECT COUNT(*) FROM labeling_assignment a WHERE a.task_id = t.id
+              AND (a.status = %(submitted)s OR (a.status = %(in_progress)s AND a.lease_expires_at > %(now)s))) AS live,
+           (SELECT COUNT(*) FROM labeling_assignment a WHERE a.task_id = t.id AND a.labeler_id = %(labeler)s) AS mine,
+           (SELECT COUNT(*) FROM labeling_assignment a WHERE a.task_id = t.id
+              AND a.status = %(in_progress)s AND a.lease_expires_at <= %(now)s) AS lapsed
+    FROM labeling_task t
+    JOIN labeling_solution s ON s.id = t.solution_id
+    JOIN labeling_problem p ON p.id = s.problem_id
+    WHERE t.id = %(task)s
+"""
+
+
+@dataclass(frozen=True)
+class Places:
+    """A locked candidate with its solution and problem loaded, and who holds its places now."""
+
+    task: Task
+    live: int  # submitted assignments and unexpired leases
+    mine: int  # the labeler's own assignments on it (any status)
+    lapsed: int  # in-progress assignments whose lease ran out
+
+
+def task_places(*, task_id: int, labeler_id: int, now: datetime) -> Places:
+    at = connection.ops.adapt_datetimefield_value(now)
+    params = {"submitted": AssignmentStatus.SUBMITTED, "in_progress": AssignmentStatus.IN_PROGRESS, "now": at,
+              "labeler": labeler_id, "task": task_id}  # fmt: skip
+    with connection.cursor() as cursor:
+        cursor.execute(TASK_STILL_FREE, params)
+        values = dict(zip([c[0] for c in cursor.description], cursor.fetchone(), strict=True))
+    steps = values["s_steps"]
+    problem = _partial(Problem, {"id": values["s_problem_id"], "problem": values["p_problem"],
+                                 "answer": values["p_answer"]})  # fmt: skip
+    solution = _partial(Solution, {"id": values["solution_id"], "problem_id": problem.pk,
+                                   "steps": json.loads(steps) if isinstance(steps, str) else steps})  # fmt: skip
+    solution.problem = problem
+    task = _partial(Task, {k: values[k] for k in ("id", "generation_id", "solution_id", "kind", "status",
+                                                   "labelers_needed")})  # fmt: skip
+    task.solution = solution
+    return Places(task=task, live=int(values["live"]), mine=int(values["mine"]), lapsed=int(values["lapsed"]))
+
+
+# The labeler's own row, locked, with their in-progress assignment if they
+# have one (assignment_one_in_progress_per_labeler: at most one) and its task:
+# what a hand-out reads first, in one statement. NO KEY: inserting their new
+# assignment (a foreign key to this row) must not wait on it. Primary key,
+# then assignment_labeler_status_idx (labeler, status).
+LABELER_LOCK = """
+    SELECT l.status, l.status_reason, l.status_changed_at,
+           a.id AS a_id, a.task_id AS a_task_id, a.status AS a_status, a.started_at AS a_started_at,
+           a.last_activity_at AS a_last_activity_at, a.lease_expires_at AS a_lease_expires_at,
+           a.total_time_ms AS a_total_time_ms, a.finish_reason_text AS a_finish_reason_text,
+           a.ratings_reset_version AS a_ratings_reset_version,
+           t.generation_id AS t_generation_id, t.solution_id AS t_solution_id, t.kind AS t_kind,
+           t.status AS t_status, t.labelers_needed AS t_labelers_needed
+    FROM labeling_labeler l
+    LEFT JOIN labeling_assignment a ON a.labeler_id = l.id AND a.status = %s
+    LEFT JOIN labeling_task t ON t.id = a.task_id
+    WHERE l.id = %s{lock}
+"""
+
+
+def labeler_locked(*, labeler_id: int) -> tuple[tuple[str, str, datetime | None], Assignment | None] | None:
+    """(status, status_reason, status_changed_at) and the in-progress assignment with its task; None: no labeler."""
+    lock = " FOR NO KEY UPDATE OF l" if connection.features.has_select_for_update_of else ""
+    with connection.cursor() as cursor:
+        cursor.execute(LABELER_LOCK.format(lock=lock), [AssignmentStatus.IN_PROGRESS, labeler_id])
+        row = cursor.fetchone()
+        if row is None:
+            return None
+        values = dict(zip([c[0] for c in cursor.description], row, strict=True))
+    status = (values["status"], values["status_reason"], _aware(values["status_changed_at"]))
+    if values["a_id"] is None:
+        return status, None
+    assignment = _partial(
+        Assignment,
+        {"id": values["a_id"], "labeler_id": labeler_id, "ratings_reset_version": values["a_ratings_reset_version"],
+         **{k[2:]: values[k] for k in ("a_task_id", "a_status", "a_total_time_ms", "a_finish_reason_text")},
+         **{k[2:]: _aware(values[k]) for k in ("a_started_at", "a_last_activity_at", "a_lease_expires_at")}},
+    )  # fmt: skip
+    assignment.task = _partial(
+        Task,
+        {"id": assignment.task_id,
+         **{k[2:]: values[k] for k in ("t_generation_id", "t_solution_id", "t_kind", "t_status", "t_labelers_needed")}},
+    )  # fmt: skip
+    return status, assignment
+
+
+# --- A submit ------------------------------------------------------------------
+
+# A submit closes its task once it has all its labelers. Under the task row
+# lock (taken by the submit), so two labelers finishing one multi-labeler
+# task count each other's submissions. Primary key; the count rides
+# assignment_one_per_task_and_labeler.
+TASK_CLOSE_WHEN_COMPLETE = """
+    UPDATE labeling_task SET status = %s
+    WHERE id = %s AND status = %s
+      AND labelers_needed <= (SELECT COUNT(*) FROM labeling_assignment a
+                              WHERE a.task_id = labeling_task.id AND a.status = %s)
+"""
+
+
+def task_close_when_complete(*, task_id: int) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            TASK_CLOSE_WHEN_COMPLETE, [TaskStatus.DONE, task_id, TaskStatus.OPEN, AssignmentStatus.SUBMITTED]
+        )

@@ -29,8 +29,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Count, Exists, IntegerField, OuterRef, Q, Subquery
-from django.db.models.functions import Coalesce
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from labeling.labelers import labeler_can_take_work, labeler_needs_screening
@@ -48,7 +47,7 @@ from labeling.models import (
     TaskStatus,
 )
 from labeling.quality.control import labeler_quality_enforce, labeler_screening_conclude, screening_set_ids
-from labeling.work.hotpath import task_candidate
+from labeling.work.hotpath import labeler_locked, task_candidate, task_places
 
 # Candidates locked per generation before giving up on it for this request;
 # a miss means another transaction assigned the row between our snapshot and
@@ -102,44 +101,69 @@ _REFUSED = _Refused()
 _RNG = random.Random()
 
 
+def assignment_next_in_transaction(
+    *, labeler: Labeler, now: datetime, rng: random.Random | None = None
+) -> Assignment | None:
+    """assignment_next inside the caller's transaction, with no savepoint of its own (submit + next is one).
+
+    None when nothing is waiting and when the labeler may not be handed work;
+    ``labeler`` then carries the status, and a change this call made to it is
+    committed with the caller's transaction. An IntegrityError (a second
+    request of the same labeler leased first) aborts the caller's transaction:
+    the caller starts it again, and the retry resumes that lease.
+    """
+    if not labeler_can_take_work(labeler):
+        return None
+    outcome = _assignment_next_locked(labeler=labeler, now=now, rng=rng or _RNG)
+    return outcome if isinstance(outcome, Assignment) else None
+
+
+def is_fresh_lease(assignment: Assignment, *, now: datetime) -> bool:
+    """Whether ``assignment`` was leased by the call that was given ``now`` (not resumed): it has no ratings yet.
+
+    _lease sets started_at to that very ``now`` object; a resumed assignment's
+    comes from the database, so identity tells the two apart exactly.
+    """
+    return assignment.started_at is now
+
+
 def _assignment_next(*, labeler: Labeler, now: datetime, rng: random.Random) -> Assignment | _Refused | None:
     with transaction.atomic():
-        # The labeler's own row, locked: the status read here decides what
-        # they may be handed, and a status change (admission, suspension,
-        # admin override in labeler_set_status) must not interleave with a
-        # hand-out that read the old one. Two requests of the same person
-        # queue here instead of racing. NO KEY: inserting their assignment
-        # (a foreign key to this row) must not wait on it.
-        fresh = (
-            Labeler.objects.select_for_update(no_key=True)
-            .filter(pk=labeler.pk)
-            .values_list("status", "status_reason", "status_changed_at")
-            .first()
-        )
-        if fresh is None:
+        return _assignment_next_locked(labeler=labeler, now=now, rng=rng)
+
+
+def _assignment_next_locked(*, labeler: Labeler, now: datetime, rng: random.Random) -> Assignment | _Refused | None:
+    # The labeler's own row, locked: the status read here decides what
+    # they may be handed, and a status change (admission, suspension,
+    # admin override in labeler_set_status) must not interleave with a
+    # hand-out that read the old one. Two requests of the same person
+    # queue here instead of racing. The same statement reads their
+    # in-progress assignment (LABELER_LOCK).
+    locked = labeler_locked(labeler_id=labeler.pk)
+    if locked is None:
+        return _REFUSED
+    (labeler.status, labeler.status_reason, labeler.status_changed_at), in_progress = locked
+    if not labeler_can_take_work(labeler):
+        return _REFUSED
+    current = _resume_current(current=in_progress, now=now) if in_progress is not None else None
+    if current is not None:
+        if not labeler_needs_screening(labeler) or current.task.kind == TaskKind.SCREENING:
+            return current
+        # Only reachable by editing the status around the service; never
+        # let an unscreened person continue normal work.
+        Assignment.objects.filter(pk=current.pk).update(status=AssignmentStatus.EXPIRED)
+    if labeler_needs_screening(labeler):
+        screening = _next_screening(labeler=labeler, now=now)
+        if screening is not None:
+            return screening
+        labeler_screening_conclude(labeler=labeler, now=now)
+        if labeler.status == LabelerStatus.SCREENING:
+            return None  # no screening set yet, or it is still being built
+        if labeler.status != LabelerStatus.ACTIVE:
             return _REFUSED
-        labeler.status, labeler.status_reason, labeler.status_changed_at = fresh
-        if not labeler_can_take_work(labeler):
-            return _REFUSED
-        current = _resume_current(labeler=labeler, now=now)
-        if current is not None:
-            if not labeler_needs_screening(labeler) or current.task.kind == TaskKind.SCREENING:
-                return current
-            # Only reachable by editing the status around the service; never
-            # let an unscreened person continue normal work.
-            Assignment.objects.filter(pk=current.pk).update(status=AssignmentStatus.EXPIRED)
-        if labeler_needs_screening(labeler):
-            screening = _next_screening(labeler=labeler, now=now)
-            if screening is not None:
-                return screening
-            labeler_screening_conclude(labeler=labeler, now=now)
-            if labeler.status == LabelerStatus.SCREENING:
-                return None  # no screening set yet, or it is still being built
-            if labeler.status != LabelerStatus.ACTIVE:
-                return _REFUSED
-        if labeler_quality_enforce(labeler=labeler, now=now):
-            return _REFUSED
-        return _next_work(labeler=labeler, now=now, rng=rng)
+    if labeler_quality_enforce(labeler=labeler, now=now):
+        return _REFUSED
+    return _next_work(labeler=labeler, now=now, rng=rng)
 
 
 def _lease(*, task: Task, labeler: Labeler, now: datetime) -> Assignment:
@@ -213,12 +237,7 @@ def _next_work(*, labeler: Labeler, now: datetime, rng: random.Random) -> Assign
     return _lease(task=best.task, labeler=labeler, now=now)
 
 
-def _resume_current(*, labeler: Labeler, now: datetime) -> Assignment | None:
-    current = (
-        Assignment.objects.filter(labeler=labeler, status=AssignmentStatus.IN_PROGRESS).select_related("task").first()
-    )
-    if current is None:
-        return None
+def _resume_current(*, current: Assignment, now: datetime) -> Assignment | None:
     if current.lease_expires_at is not None and current.lease_expires_at > now:
         # A live lease is never handed over, so renewing it needs no lock:
         # the condition in the UPDATE is the whole check.
@@ -232,14 +251,14 @@ def _resume_current(*, labeler: Labeler, now: datetime) -> Assignment | None:
     # and _claim's expiry update), so a rating and a hand-over of the same
     # task wait for each other instead of deadlocking.
     Task.objects.select_for_update().filter(pk=current.task_id).values_list("pk").first()
-    current = Assignment.objects.select_for_update().filter(pk=current.pk).first()
-    if current is None or current.status != AssignmentStatus.IN_PROGRESS:
+    relocked = Assignment.objects.select_for_update().filter(pk=current.pk).first()
+    if relocked is None or relocked.status != AssignmentStatus.IN_PROGRESS:
         return None
     # A lapsed lease that is still IN_PROGRESS was not handed to anyone else
     # (hand-over marks it EXPIRED), so resuming cannot over-assign the task.
-    current.lease_expires_at = lease_expiry(now=now)
-    current.save(update_fields=["lease_expires_at"])
-    return current
+    relocked.lease_expires_at = lease_expiry(now=now)
+    relocked.save(update_fields=["lease_expires_at"])
+    return relocked
 
 
 @dataclass(frozen=True)
@@ -290,25 +309,10 @@ def _still_free(
 ) -> _Claim | None:
     # The candidate query ran on a snapshot taken before we held the lock: a
     # transaction that leased this task and committed between that snapshot
-    # and our lock is invisible to it. Under READ COMMITTED this new statement
-    # sees every such commit, and anyone leasing the task from now on needs
-    # the lock we hold. The same statement loads the task with its solution
-    # and problem, which the task screen shows next.
-    def count(condition: Q) -> Coalesce:
-        matching = Assignment.objects.filter(condition, task_id=OuterRef("pk")).order_by().values("task_id")
-        return Coalesce(Subquery(matching.annotate(n=Count("pk")).values("n"), output_field=IntegerField()), 0)
-
-    task = (
-        Task.objects.select_related("solution__problem")
-        .annotate(
-            live=count(
-                Q(status=AssignmentStatus.SUBMITTED) | Q(status=AssignmentStatus.IN_PROGRESS, lease_expires_at__gt=now)
-            ),
-            mine=count(Q(labeler=labeler)),
-            lapsed=count(Q(status=AssignmentStatus.IN_PROGRESS, lease_expires_at__lte=now)),
-        )
-        .get(pk=task_id)
-    )
-    if task.mine == 0 and task.live < labelers_needed:
-        return _Claim(task=task, priority=priority, lapsed=task.lapsed)
+    # and our lock is invisible to it. TASK_STILL_FREE re-counts with a new
+    # statement, and loads the task with its solution and problem, which the
+    # task screen shows next.
+    places = task_places(task_id=task_id, labeler_id=labeler.pk, now=now)
+    if places.mine == 0 and places.live < labelers_needed:
+        return _Claim(task=places.task, priority=priority, lapsed=places.lapsed)
     return None

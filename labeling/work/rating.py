@@ -25,13 +25,14 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from labeling.models import (
     Assignment,
     FinishReason,
     LabeledStep,
+    Labeler,
     StepAlternative,
     StepRating,
 )
@@ -49,7 +50,7 @@ from labeling.work.assignment import (
 from labeling.work.candidates import candidates_prefetch
 from labeling.work.hotpath import RatingRow, assignment_touch, rating_rows, rating_upsert
 from labeling.work.progress import Progress, chosen_completions, progress_compute
-from labeling.work.queue import lease_expiry
+from labeling.work.queue import assignment_next_in_transaction, is_fresh_lease, lease_expiry
 
 
 @dataclass(frozen=True)
@@ -382,6 +383,47 @@ class TaskChanged(Exception):
     """Submit was asked for from a page that showed an older state than the stored one."""
 
 
+@dataclass(frozen=True)
+class _Submitted:
+    reason: FinishReason | None  # None: not finished (nothing submitted)
+    attach: Attach
+    stopped_at_error: bool
+
+
+def _submit_locked(*, assignment_id: int, user_id: int | None, version: int | None, now: datetime) -> _Submitted:
+    # Inside the caller's transaction: lock, read, attach or finish. Not
+    # finished is not an exception here, so that alternatives just attached
+    # are committed before the caller refuses the submit.
+    locked = assignment_lock_row(assignment_id=assignment_id, user_id=user_id, now=now, task_lock=True)
+    if version is not None and version != locked.version:
+        raise TaskChanged("This task changed in another tab. Here is what is stored: check it, then submit.")
+    if is_phase_one(locked):
+        # Phase 1 ends when the solution reaches a final answer (labeling.work.phase_one).
+        raise NotFinished("Continue until the solution reaches its final answer, or give up.")
+    steps = locked.task.solution.steps or []
+    rows = rating_rows(locked)
+    # Alternatives generated for the error step are attached here and
+    # committed, then the labeler rates them before finishing.
+    attach = alternatives_attach_locked(locked, steps, rows)
+    progress = _progress(len(steps), rows)
+    reason = progress.ready_reason if attach == Attach.NOTHING else None
+    if reason is not None:
+        assignment_finish(locked, reason=reason, text="", now=now, rows=rows)
+    return _Submitted(reason=reason, attach=attach, stopped_at_error=progress.stopped_at_error)
+
+
+def _finished(submitted: _Submitted) -> FinishReason:
+    if submitted.attach == Attach.PENDING:
+        raise NotFinished("Other candidates for this step are still being generated; submit again in a moment.")
+    if submitted.reason is None:
+        raise NotFinished(
+            "Rate every alternative of the step you marked -1 first."
+            if submitted.stopped_at_error
+            else "Rate every step first, or stop at the first step you rate -1."
+        )
+    return submitted.reason
+
+
 def assignment_submit(
     *, assignment_id: int, user_id: int | None, version: int | None = None, now: datetime | None = None
 ) -> FinishReason:
@@ -393,27 +435,53 @@ def assignment_submit(
     """
     now = now or timezone.now()
     with transaction.atomic():
-        locked = assignment_lock_row(assignment_id=assignment_id, user_id=user_id, now=now, task_lock=True)
-        if version is not None and version != locked.version:
-            raise TaskChanged("This task changed in another tab. Here is what is stored: check it, then submit.")
-        if is_phase_one(locked):
-            # Phase 1 ends when the solution reaches a final answer (labeling.work.phase_one).
-            raise NotFinished("Continue until the solution reaches its final answer, or give up.")
-        steps = locked.task.solution.steps or []
-        rows = rating_rows(locked)
-        # Alternatives generated for the error step are attached here and
-        # committed, then the labeler rates them before finishing.
-        attach = alternatives_attach_locked(locked, steps, rows)
-        progress = _progress(len(steps), rows)
-        reason = progress.ready_reason if attach == Attach.NOTHING else None
-        if reason is not None:
-            assignment_finish(locked, reason=reason, text="", now=now, rows=rows)
-    if attach == Attach.PENDING:
-        raise NotFinished("Other candidates for this step are still being generated; submit again in a moment.")
-    if reason is None:
-        raise NotFinished(
-            "Rate every alternative of the step you marked -1 first."
-            if progress.stopped_at_error
-            else "Rate every step first, or stop at the first step you rate -1."
-        )
-    return reason
+        submitted = _submit_locked(assignment_id=assignment_id, user_id=user_id, version=version, now=now)
+    return _finished(submitted)
+
+
+@dataclass(frozen=True)
+class Handout:
+    """What a submit that hands out the next task did."""
+
+    reason: FinishReason
+    following: Assignment | None  # None: nothing waiting, or the labeler may not work (see labeler.status)
+    fresh: bool  # following was leased just now: it has no ratings and no alternatives being generated
+
+
+def assignment_submit_and_next(
+    *,
+    assignment_id: int,
+    user_id: int | None,
+    labeler: Labeler,
+    version: int | None = None,
+    now: datetime | None = None,
+) -> Handout:
+    """assignment_submit, then the labeler's next task (labeling.work.queue), in one transaction.
+
+    One BEGIN and one COMMIT (one WAL flush) instead of two of each. Lock
+    order: the submitted task and its assignment, then the labeler, then the
+    next task (SKIP LOCKED), so a hand-out of the submitted task to someone
+    else waits for the submit, as before. A submit that is refused
+    (NotFinished, AssignmentClosed, TaskChanged) hands out nothing.
+    """
+    now = now or timezone.now()
+    for attempt in (1, 2):
+        try:
+            with transaction.atomic():
+                submitted = _submit_locked(assignment_id=assignment_id, user_id=user_id, version=version, now=now)
+                following = (
+                    assignment_next_in_transaction(labeler=labeler, now=now) if submitted.reason is not None else None
+                )
+            break
+        except IntegrityError:
+            # assignment_one_in_progress_per_labeler: another request of this
+            # labeler leased a task first. Everything here was rolled back;
+            # again, and the hand-out resumes that lease.
+            if attempt == 2:
+                raise
+    reason = _finished(submitted)
+    return Handout(
+        reason=reason,
+        following=following,
+        fresh=following is not None and is_fresh_lease(following, now=now),
+    )

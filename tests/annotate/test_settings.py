@@ -34,7 +34,7 @@ def test_it_uses_postgresql_and_redis_when_told() -> None:
         DATABASE_URL="postgres://u@db:5432/annotate", CELERY_BROKER_URL="redis://r:6379/0", SECRET_KEY="k" * 50
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["django.db.backends.postgresql", "redis://r:6379/0", "False"]
+    assert result.stdout.split() == ["annotate.postgresql", "redis://r:6379/0", "False"]
 
 
 @pytest.mark.parametrize(

@@ -205,10 +205,12 @@ def test_it_rates_in_a_fixed_number_of_queries(django_assert_num_queries):
 def test_it_hands_out_the_next_task_in_a_bounded_number_of_queries(django_assert_max_num_queries):
     make_task(generation=make_generation())
     client = _client(make_labeler())
-    # session, user, labeler; the transaction: current lease, QC/screening
-    # checks, open generations, candidate (locked), its live count, the new
-    # assignment. A bound, not an exact count: the queue's QC rules are growing.
-    with django_assert_max_num_queries(14):
+    # session, user, labeler; the transaction (a savepoint and its release
+    # here): the labeler's lock with their current
+    # lease, the QC window, open generations, candidate (locked), its places
+    # with its solution and problem, the new assignment. A bound, not an exact
+    # count: the queue's QC rules are growing. (Before: at most 14.)
+    with django_assert_max_num_queries(11):
         assert client.post(reverse("next-task")).status_code == 302
 
 
@@ -216,14 +218,20 @@ def test_it_submits_and_hands_out_the_next_task_in_a_bounded_number_of_queries(d
     client, a = _started()
     make_task(generation=a.task.generation)
     _rate(client, a, 0, -1, 1, **HX)
-    # session, user; the submit (the assignment locked with its task and the
-    # owner checked, ratings, the frozen label written, the task closed); the
-    # hand-out (labeler, its lock, current lease, QC history, generations,
-    # candidate with its solution and problem, its live count, the lease);
-    # the new task's ratings. A bound: the queue's QC rules are growing.
-    with django_assert_max_num_queries(21):
+    # session, user, labeler (read once); one transaction (a savepoint and
+    # its release here, inside the test's transaction): the submit (task and
+    # assignment locked with the owner checked, ratings, the frozen label
+    # written, the task closed) and the hand-out (the labeler's lock with
+    # their current lease, the QC window, generations, candidate, its places
+    # with its solution and problem, the lease). The new task has no ratings
+    # to read. A bound: the queue's QC rules are growing. (Before: at most
+    # 21, in two transactions, plus a health-check ping.)
+    with django_assert_max_num_queries(16) as captured:
         response = client.post(reverse("submit", args=[a.pk]), **HX)
     assert response.status_code == 200
+    statements = [q["sql"] for q in captured.captured_queries]
+    assert sum(sql.startswith("SAVEPOINT") for sql in statements) == 1
+    assert sum('FROM "labeling_labeler"' in sql for sql in statements) == 1  # the labeler is read once
     following = Assignment.objects.get(labeler=a.labeler, status=AssignmentStatus.IN_PROGRESS)
     assert f'data-assignment="{following.pk}"' in response.content.decode()
 
