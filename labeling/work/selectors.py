@@ -11,6 +11,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from labeling.models import Assignment, AssignmentStatus, FinishReason, Labeler, Problem, StepRating
+from labeling.work.answer_display import Segment, answer_is_math, answer_segments
 from labeling.work.progress import Progress, progress_compute
 
 # Work a labeler is credited with, on their home page and in the admin alike:
@@ -146,6 +147,15 @@ class TaskScreen:
     @property
     def answer_tex(self) -> str:
         return "\\boxed{" + (self.problem.answer or "") + "}"
+
+    @property
+    def answer_is_math(self) -> bool:
+        return answer_is_math(self.problem.answer or "")
+
+    @property
+    def answer_segments(self) -> list[Segment]:
+        """Prose as text and formulas as math (labeling.work.answer_display)."""
+        return answer_segments(self.problem.answer or "")
 
     @property
     def is_open(self) -> bool:
