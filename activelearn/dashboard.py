@@ -58,6 +58,11 @@ def _number(value: object) -> float | None:
     return None
 
 
+def _count(value: object) -> object:
+    # "epochs" is the list of per-epoch reports; its length is the count.
+    return len(value) if isinstance(value, list) else value
+
+
 def cell(value: object, digits: int = 3) -> str:
     """A table cell: integers as integers, other numbers to ``digits`` decimals, none as a dash."""
     if value is None or isinstance(value, bool):
@@ -112,14 +117,16 @@ def checkpoint_rows(metrics: CheckpointMetrics) -> list[CheckpointRow]:
             CheckpointRow(
                 checkpoint=c,
                 generation=trained_by.get(c.pk),
-                held_out=row.key if row is not None else ("validation (training)" if values else "—"),
+                held_out=f"{row.key} ({row.labeled_solutions})"
+                if row is not None
+                else ("validation (training)" if values else "—"),
                 auroc=row.step_auroc if row is not None else _number(values.get("val_auroc")),
                 f1=row.f1 if row is not None else _number(calibrated.get("f1")),
                 best_of_n=row.n if row is not None else None,
                 prm=row.prm if row is not None else None,
                 majority=row.majority if row is not None else None,
                 losses=[_number(values.get(name)) for name in LOSS_METRICS],
-                counts=[values.get(name) for name in COUNT_METRICS],
+                counts=[_count(values.get(name)) for name in COUNT_METRICS],
             )
         )
     return rows

@@ -30,8 +30,8 @@ def labeler_peek(*, user: AbstractBaseUser) -> Labeler:
     Looking at a page never creates rows (an admin visiting ``/`` is no labeler);
     the row is made when the person asks for work (``labeler_for_user``).
     """
-    labeler = Labeler.objects.filter(user=user).first()
-    return labeler if labeler is not None else Labeler(user=user)  # type: ignore[misc]
+    labeler = Labeler.objects.filter(user_id=user.pk).first()
+    return labeler if labeler is not None else Labeler(user_id=user.pk)
 
 
 def labeler_can_take_work(labeler: Labeler) -> bool:

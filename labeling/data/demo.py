@@ -253,6 +253,8 @@ def read_champ(*, solutions_per_problem: int | None) -> list[DemoProblem]:
                 by_steps = next((s for s in usable if s.steps == found.steps), None)
                 if by_steps is None:
                     continue  # the conversation's reply was cut off or empty: nothing to label
+                if any(a.conversation == by_steps.conversation for a in annotations):
+                    continue  # two annotated conversations with one text: one solution, labeled once
                 if by_steps not in solutions:
                     solutions.append(by_steps)
                 annotations.append(DemoAnnotation(by_steps.conversation, found.steps, found.first_wrong))

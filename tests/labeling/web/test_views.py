@@ -54,7 +54,7 @@ def test_it_signs_in_with_a_password():
     assert response["Location"] == reverse("home")
 
 
-def test_it_creates_a_labeler_on_first_visit_and_shows_status_and_counts():
+def test_a_first_visit_shows_status_and_counts_and_asking_for_work_creates_the_labeler():
     from django.contrib.auth.models import User
 
     user = User.objects.create_user(username="new", password="pw-for-tests-1")
@@ -62,6 +62,8 @@ def test_it_creates_a_labeler_on_first_visit_and_shows_status_and_counts():
     client.force_login(user)
     response = client.get(reverse("home"))
     assert response.status_code == 200
+    assert not Labeler.objects.filter(user=user).exists()  # looking creates nothing
+    client.post(reverse("next-task"))
     assert Labeler.objects.get(user=user).status == LabelerStatus.SCREENING
     body = response.content.decode()
     assert "Start labeling" in body
