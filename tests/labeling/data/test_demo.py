@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from io import StringIO
+from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -103,8 +104,8 @@ def test_task_priority_is_stable_and_in_unit_interval():
 PROBLEMS = 40  # 80 human annotations: 30 screening, 20 QC, 30 labeled
 
 
-def _load(**options):
-    defaults = {
+def _load(**options: Any) -> demo.DemoLoadResult:
+    defaults: dict[str, Any] = {
         "solutions_per_problem": PER_PROBLEM,
         "admin_password": "adm-pw",
         "labeler_password": "lab-pw",
