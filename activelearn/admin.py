@@ -21,6 +21,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from activelearn.evaluation_summary import checkpoint_evaluation_rows
+from activelearn.generation_report import generation_notes, generation_progress
 from activelearn.models import PRMCheckpoint, SolutionScore
 from activelearn.pipeline import (
     GenerationConfig,
@@ -170,6 +171,7 @@ class GenerationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[typ
         "phase",
         "status",
         "progress",
+        "notes",
         "config",
         "error",
         "created_at",
@@ -178,14 +180,21 @@ class GenerationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[typ
     )
 
     @admin.display(description="progress")
-    def progress(self, obj: Generation) -> str:
+    def progress(self, obj: Generation) -> SafeString:
         run = getattr(obj, "run", None)
-        if run is None:
-            return ""
-        return (
-            f"step {run.step or '-'}; scored {run.scored}/{run.score_total}, graded {run.graded}/{run.grade_total}, "
-            f"selected {run.selected}, QC {run.qc_injected}"
-        )
+        notes = generation_notes(generation=obj, run=run)
+        line = generation_progress(generation=obj, run=run)
+        if not notes:
+            return format_html("{}", line)
+        # An empty step is said on the list too, not only on the generation's page.
+        return format_html('{}<br><strong class="generation-note">{}</strong>', line, notes[0])
+
+    @admin.display(description="what happened")
+    def notes(self, obj: Generation) -> SafeString:
+        found = generation_notes(generation=obj, run=getattr(obj, "run", None))
+        if not found:
+            return format_html("{}", "Every step yielded what was asked." if obj.status in ("open", "closed") else "—")
+        return format_html_join("\n", '<p class="generation-note">{}</p>', ((note,) for note in found))
 
     def get_urls(self) -> list[URLPattern]:
         start = path("start/", self.admin_site.admin_view(self.start_view), name="labeling_generation_start")

@@ -143,7 +143,8 @@ class GenerationConfig:
     # of this split (None = any), at most per_problem_cap per problem (lowest ids first).
     problem_ids: tuple[str, ...] | None = None
     split: str | None = None
-    per_problem_cap: int | None = None
+    # None: every never-served solution; the default is settings.PIPELINE_POOL_PER_PROBLEM.
+    per_problem_cap: int | None = field(default_factory=lambda: settings.PIPELINE_POOL_PER_PROBLEM or None)
     # Gold QC items added to the generation's QC pool (labeling.quality.gold); 0 = none.
     qc_items: int = 0
     # Share of new tasks labeled twice (labeling.quality.control.overlap_labelers_needed);
@@ -259,6 +260,10 @@ def generation_transition(*, generation_id: int, from_: str, to: str, error: str
         values["finished_at"] = now
     if from_ in _STEP_TIMES and to != _S.FAILED:
         run_values[_STEP_TIMES[from_][1]] = now
+    if to == _S.OPEN:
+        # The run's step follows the generation out of selecting, so nothing shows "open"
+        # beside "step selecting".
+        run_values.update(step=to, step_started_at=now)
     if to in RUNNING:
         run_values.update(step=to, step_started_at=now, heartbeat_at=None, dispatched_at=now, step_attempts=0)
         if to in _STEP_TIMES:
@@ -275,7 +280,9 @@ def generation_transition(*, generation_id: int, from_: str, to: str, error: str
             return False
         if run_values:
             GenerationRun.objects.filter(generation_id=generation_id).update(**run_values)
-    logger.info("generation %s: %s -> %s", generation_id, from_, to)
+    # By its number, as the admin and the dashboard name it (the id is an internal key).
+    number = Generation.objects.filter(pk=generation_id).values_list("number", flat=True).first()
+    logger.info("generation %s: %s -> %s", number, from_, to)
     return True
 
 

@@ -87,7 +87,7 @@ def pipeline_reconcile(*, now: datetime | None = None) -> ReconcileReport:
         if run.step_attempts >= settings.PIPELINE_MAX_ATTEMPTS:
             _give_up(run=run, what=f"step {status}", attempts=run.step_attempts, report=report)
             continue
-        logger.warning("generation %s: %s looks stalled; dispatching it again", run.generation_id, status)
+        logger.warning("%s: %s looks stalled; dispatching it again", run.generation, status)
         with transaction.atomic():
             generation_dispatch(generation_id=run.generation_id)
         report.redispatched.append(run.generation_id)
@@ -165,7 +165,7 @@ def _reconcile_scoring(*, run: GenerationRun, before: datetime, report: Reconcil
     if _stale(_latest(progress["heartbeat"], progress["enqueued"], run.dispatched_at), before):
         requeue += [c.pk for c in chunks if c.status == ScoreChunkStatus.PENDING]
     if requeue:
-        logger.warning("generation %s: re-enqueueing scoring chunks %s", run.generation_id, requeue)
+        logger.warning("%s: re-enqueueing scoring chunks %s", run.generation, requeue)
         with transaction.atomic():
             score_chunks_enqueue(chunk_ids=requeue)
         report.chunks_requeued.extend(requeue)

@@ -417,6 +417,10 @@ PIPELINE_CPU_QUEUE = envstr("PIPELINE_CPU_QUEUE", "cpu")
 # Pool solutions per scoring chunk (one GPU task), and per upsert + heartbeat inside it.
 PIPELINE_SCORE_CHUNK_SIZE = envint("PIPELINE_SCORE_CHUNK_SIZE", 2000, minimum=1)
 PIPELINE_SCORE_BATCH = envint("PIPELINE_SCORE_BATCH", 256, minimum=1)
+# The default of GenerationConfig.per_problem_cap: never-served pool solutions scored per
+# problem (0: all). Scoring is a forward pass per solution; on a CPU (make run) scoring
+# every one of the demo's 12,000 pool solutions takes hours, so run-embedded.sh sets 2.
+PIPELINE_POOL_PER_PROBLEM = envint("PIPELINE_POOL_PER_PROBLEM", 0, minimum=0)
 # Solutions graded per page (one heartbeat each).
 PIPELINE_GRADE_PAGE = envint("PIPELINE_GRADE_PAGE", 200, minimum=1)
 # Recovery from a dead worker (activelearn.liveness, docs/operations.md "Recovery"): a

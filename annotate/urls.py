@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
@@ -8,8 +9,19 @@ from annotate.health import healthz
 from labeling.api.docs import api_docs
 from labeling.staff import views as dashboard_views
 
+
+class FaviconRedirect(RedirectView):
+    permanent = True
+
+    def get_redirect_url(self, *args: object, **kwargs: object) -> str:
+        # Resolved per request: the static storage's manifest may not exist at import time.
+        return static("favicon.svg")
+
+
 urlpatterns = [
     path("healthz/", healthz, name="healthz"),
+    # Browsers ask for /favicon.ico on pages that link none (the API's JSON, files).
+    path("favicon.ico", FaviconRedirect.as_view(), name="favicon"),
     # One sign-in page for everyone, so the login throttle (labeling.web.auth) has no side door.
     path("admin/login/", RedirectView.as_view(pattern_name="login", query_string=True), name="admin-login"),
     path("admin/", admin.site.urls),

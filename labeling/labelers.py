@@ -36,6 +36,16 @@ def labeler_for_user(*, user: AbstractBaseUser) -> Labeler:
     return labeler
 
 
+def labeler_peek(*, user: AbstractBaseUser) -> Labeler:
+    """The user's Labeler for a page that only shows it: the stored row, or an unsaved one.
+
+    Looking at a page never creates rows (an admin visiting ``/`` is no labeler);
+    the row is made when the person asks for work (``labeler_for_user``).
+    """
+    labeler = Labeler.objects.filter(user_id=user.pk).first()
+    return labeler if labeler is not None else Labeler(user_id=user.pk)
+
+
 def labeler_can_take_work(labeler: Labeler) -> bool:
     """The one place that decides whether a labeler is handed tasks."""
     return labeler.status in _MAY_TAKE_WORK

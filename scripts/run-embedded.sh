@@ -7,6 +7,9 @@ PY=.venv/bin/python
 HOST=${HOST:-127.0.0.1}
 PORT=${PORT:-8000}
 export DEBUG=${DEBUG:-true}
+# A generation scores 2 never-served solutions per problem by default (540 on the demo):
+# on a CPU that keeps "Start a generation" to minutes. load_demo grades that pool too.
+export PIPELINE_POOL_PER_PROBLEM=${PIPELINE_POOL_PER_PROBLEM:-2}
 
 $PY manage.py migrate --no-input
 # The shared cache (login and API throttling) lives in a table on the embedded default.

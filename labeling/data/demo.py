@@ -36,27 +36,39 @@ Choices, so that a reader of the demo data knows what it is:
 from __future__ import annotations
 
 import hashlib
+import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection, transaction
+from django.db.models import Exists, OuterRef
+from django.utils import timezone
 
 from activelearn.grading.extraction import extract_final_answer
 from activelearn.stepgen.splitting import split_steps
+from labeling.data.labels import label_steps_for
 from labeling.models import (
+    Assignment,
+    AssignmentStatus,
+    FinishReason,
     Generation,
     GenerationStatus,
+    LabeledStep,
     Labeler,
     LabelerStatus,
     Phase,
     Problem,
     Solution,
     Split,
+    StepRating,
     Task,
     TaskKind,
+    TaskStatus,
     content_sha256,
     text_sha256,
 )
@@ -64,7 +76,15 @@ from labeling.models import (
 CHAMP_VERSION = "v0"
 UNIQUE_ID_PREFIX = "champ/"
 DEMO_GENERATION_NUMBER = 0
-DEFAULT_SOLUTIONS_PER_PROBLEM = 8
+# Every distinct conversation: the pool the next generations select from.
+DEFAULT_SOLUTIONS_PER_PROBLEM: int | None = None
+# Generation 0's open tasks per problem; the other unlabeled solutions are the pool.
+DEFAULT_OPEN_PER_PROBLEM = 2
+# Generation 0's QC items (the generation's QC pool; settings.QC_ITEMS_MAX bounds it).
+DEMO_QC_ITEMS = 20
+ROLE_SCREENING, ROLE_QUALITY_CONTROL, ROLE_LABELED = "screening", "quality control", "labeled"
+# The one labeler CHAMP's first-wrong-step annotations are credited to (no login).
+CHAMP_ANNOTATOR_UUID = uuid.uuid5(uuid.NAMESPACE_URL, "champ-dataset:fws-annotators")
 DEMO_ADMIN_USERNAME = "admin"
 DEMO_LABELER_USERNAME = "labeler"
 # Well-known on purpose: `make run` prints them. The command refuses them
@@ -95,6 +115,15 @@ class DemoSolution:
 
 
 @dataclass(frozen=True)
+class DemoAnnotation:
+    """A CHAMP first-wrong-step annotation: a person read the solution and marked where it goes wrong."""
+
+    conversation: str  # the annotated conversation, as in ``DemoSolution.conversation``
+    steps: list[str]  # the annotated solution, split by the shared splitter
+    first_wrong: int | None  # index of the first wrong step; None: no mistake anywhere
+
+
+@dataclass(frozen=True)
 class DemoProblem:
     unique_id: str
     problem: str
@@ -102,6 +131,7 @@ class DemoProblem:
     answer: str
     subject: str
     solutions: list[DemoSolution]
+    annotations: list[DemoAnnotation] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -116,6 +146,13 @@ class DemoLogin:
 
 
 @dataclass(frozen=True)
+class DemoGold:
+    solution_id: int
+    first_wrong: int | None
+    role: str  # ROLE_SCREENING or ROLE_QUALITY_CONTROL
+
+
+@dataclass(frozen=True)
 class DemoLoadResult:
     problems_created: int
     problems_total: int
@@ -127,6 +164,10 @@ class DemoLoadResult:
     generation_status: str
     admin: DemoLogin
     labeler: DemoLogin
+    labeled_created: int = 0
+    # The annotations to make gold (labeling.quality builds them: this room cannot).
+    gold: list[DemoGold] = field(default_factory=list)
+    pool: int = 0  # solutions never served: what the next generations score and select from
 
 
 # --- Reading CHAMP -----------------------------------------------------------
@@ -187,39 +228,36 @@ def read_champ(*, solutions_per_problem: int | None) -> list[DemoProblem]:
 
     problems: list[DemoProblem] = []
     for identifier, item in dataset.problems.items():
-        solutions: list[DemoSolution] = []
+        usable: list[DemoSolution] = []
         seen: set[tuple[str, str]] = set()
         conversations = item.conversations or {}
         for key in _conversation_order(conversations):
-            if solutions_per_problem is not None and len(solutions) >= solutions_per_problem:
-                break
-            found = solution_message(conversations[key].messages or [])
-            if found is None:
+            solution = _conversation_solution(key, conversations[key].messages or [])
+            if solution is None:
                 continue
-            message, summary = found
-            # Replies cut off by the length limit, and empty ones, are not solutions.
-            if message.error is not None or not message.text:
-                continue
-            steps = split_steps(message.text)
-            if not steps:
-                continue
-            source_model = str(message.role)[len(_MODEL_ROLE_PREFIX) :]
             # Two conditions can yield the same text from the same model; the
             # database keeps one (solution_unique_per_problem), so do we.
-            final_answer = extract_final_answer("\n".join(steps), summary=summary)
-            identity = (content_sha256(steps, final_answer), source_model)
+            identity = (content_sha256(solution.steps, solution.final_answer), solution.source_model)
             if identity in seen:
                 continue
             seen.add(identity)
-            solutions.append(
-                DemoSolution(
-                    conversation=key,
-                    source_model=source_model,
-                    steps=steps,
-                    final_answer=final_answer,
-                    summary=summary,
-                )
-            )
+            usable.append(solution)
+        solutions = usable if solutions_per_problem is None else usable[:solutions_per_problem]
+        annotations: list[DemoAnnotation] = []
+        if solutions_per_problem != 0:
+            for key, annotation in sorted((item.fws_annotations or {}).items()):
+                found = _annotation(key, annotation)
+                if found is None:
+                    continue
+                # The annotated solution is always loaded, whatever the cap: its label needs it.
+                by_steps = next((s for s in usable if s.steps == found.steps), None)
+                if by_steps is None:
+                    continue  # the conversation's reply was cut off or empty: nothing to label
+                if any(a.conversation == by_steps.conversation for a in annotations):
+                    continue  # two annotated conversations with one text: one solution, labeled once
+                if by_steps not in solutions:
+                    solutions.append(by_steps)
+                annotations.append(DemoAnnotation(by_steps.conversation, found.steps, found.first_wrong))
         reference_steps = item.solution.steps if item.solution and item.solution.steps else []
         problems.append(
             DemoProblem(
@@ -229,9 +267,60 @@ def read_champ(*, solutions_per_problem: int | None) -> list[DemoProblem]:
                 answer=item.answer,
                 subject=item.category or "",
                 solutions=solutions,
+                annotations=annotations,
             )
         )
     return problems
+
+
+def _conversation_solution(key: str, messages: list[Any]) -> DemoSolution | None:
+    found = solution_message(messages)
+    if found is None:
+        return None
+    message, summary = found
+    # Replies cut off by the length limit, and empty ones, are not solutions.
+    if message.error is not None or not message.text:
+        return None
+    steps = split_steps(message.text)
+    if not steps:
+        return None
+    return DemoSolution(
+        conversation=key,
+        source_model=str(message.role)[len(_MODEL_ROLE_PREFIX) :],
+        steps=steps,
+        final_answer=extract_final_answer("\n".join(steps), summary=summary),
+        summary=summary,
+    )
+
+
+def step_spans(text: str, steps: list[str]) -> list[tuple[int, int]]:
+    """Character span of each step in the reply it was split from (steps are stripped lines)."""
+    spans: list[tuple[int, int]] = []
+    cursor = 0
+    for step in steps:
+        first, last = step.split("\n", 1)[0], step.rsplit("\n", 1)[-1]
+        start = text.find(first, cursor)
+        start = cursor if start < 0 else start
+        end = text.find(last, start)
+        end = start + len(first) if end < 0 else end + len(last)
+        spans.append((start, end))
+        cursor = end
+    return spans
+
+
+def first_wrong_step(text: str, steps: list[str], start_idx: int | None) -> int | None:
+    """The step that holds CHAMP's annotated first wrong character (None: no mistake)."""
+    if start_idx is None:
+        return None
+    spans = step_spans(text, steps)
+    return next((i for i, (_, end) in enumerate(spans) if start_idx < end), len(steps) - 1)
+
+
+def _annotation(key: str, annotation: Any) -> DemoAnnotation | None:
+    steps = split_steps(annotation.text or "")
+    if not steps:
+        return None
+    return DemoAnnotation(key, steps, first_wrong_step(annotation.text, steps, annotation.start_idx))
 
 
 # --- Loading -------------------------------------------------------------------
@@ -279,30 +368,69 @@ def _ensure_user(*, username: str, password: str, staff: bool, reset_password: b
     return user, login
 
 
+def annotation_roles(problems: list[DemoProblem]) -> dict[tuple[str, str], str]:
+    """What each human annotation becomes: screening gold, QC gold, or labeled work.
+
+    By a stable hash of (problem, conversation), so the three sets mix problems,
+    models and error positions, and every run (and every ``--problems`` size) picks
+    the same items: the first ``SCREENING_SET_SIZE`` screen new labelers, the next
+    ``DEMO_QC_ITEMS`` are generation 0's QC items, the rest are labels to train on.
+    """
+    keys = sorted(
+        ((p.unique_id, a.conversation) for p in problems for a in p.annotations),
+        key=lambda key: task_priority(*key),
+    )
+    screening = settings.SCREENING_SET_SIZE
+    roles: dict[tuple[str, str], str] = {}
+    for position, key in enumerate(keys):
+        if position < screening:
+            roles[key] = ROLE_SCREENING
+        elif position < screening + DEMO_QC_ITEMS:
+            roles[key] = ROLE_QUALITY_CONTROL
+        else:
+            roles[key] = ROLE_LABELED
+    return roles
+
+
 def demo_load(
     *,
     solutions_per_problem: int | None,
     admin_password: str,
     labeler_password: str,
     reset_passwords: bool = False,
+    open_per_problem: int = DEFAULT_OPEN_PER_PROBLEM,
+    problems: int | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> DemoLoadResult:
-    """Load CHAMP as generation-0 work and create the demo logins; idempotent.
+    """Load CHAMP as a small campaign and create the demo logins; idempotent.
 
+    Every distinct usable conversation becomes a solution. CHAMP's human
+    first-wrong-step annotations become the screening set, generation 0's QC gold
+    and labeled generation-0 work (``annotation_roles``); ``open_per_problem``
+    further solutions per problem are generation 0's open tasks, and the rest stay
+    in the pool the next generation scores. The gold itself and the grading are
+    built above this room (``activelearn.demo``), from ``DemoLoadResult.gold``.
     Rows that already exist (by ``Problem.unique_id``, the
-    ``solution_unique_per_problem`` and ``task_unique_per_generation``
-    constraints, usernames) are left untouched, so a second run creates
-    nothing. Everything happens in one transaction.
+    ``solution_unique_per_problem`` and ``task_unique_per_generation`` constraints,
+    usernames) are left untouched, so a second run creates nothing. Everything
+    happens in one transaction.
     """
 
     def say(message: str) -> None:
         if progress is not None:
             progress(message)
 
+    if open_per_problem < 0:
+        raise DemoError(f"open tasks per problem must be 0 or more, got {open_per_problem}")
+    if problems is not None and problems < 1:
+        raise DemoError(f"the number of problems must be at least 1, got {problems}")
     say(f"Reading CHAMP {CHAMP_VERSION} from the champ-dataset package...")
     demo_problems = read_champ(solutions_per_problem=solutions_per_problem)
+    if problems is not None:
+        demo_problems = demo_problems[:problems]
     solution_count = sum(len(p.solutions) for p in demo_problems)
-    say(f"  {len(demo_problems)} problems, {solution_count} solutions selected")
+    annotation_count = sum(len(p.annotations) for p in demo_problems)
+    say(f"  {len(demo_problems)} problems, {solution_count} solutions, {annotation_count} human annotations")
 
     with transaction.atomic():
         # Problems.
@@ -326,7 +454,7 @@ def demo_load(
         problem_pk = dict(Problem.objects.filter(unique_id__in=wanted_ids).values_list("unique_id", "pk"))
         say(f"Problems: {len(new_problems)} created, {len(existing)} already there")
 
-        # Solutions.
+        # Solutions, in serving order per problem (the pool takes the lowest ids first).
         solution_pk, updated = _demo_solutions_upgrade(demo_problems, problem_pk)
         selected: list[tuple[_SolutionKey, DemoProblem, DemoSolution]] = []
         new_solutions: list[Solution] = []
@@ -354,8 +482,9 @@ def demo_load(
             f"Solutions: {len(new_solutions)} created, {len(selected) - len(new_solutions)} already there"
             + (f" ({updated} given their extracted answer and conversation key)" if updated else "")
         )
+        by_conversation = {(p.unique_id, s.conversation): solution_pk[key] for key, p, s in selected}
 
-        # Generation 0 and its tasks.
+        # Generation 0.
         generation, _ = Generation.objects.get_or_create(
             number=DEMO_GENERATION_NUMBER,
             defaults={
@@ -366,29 +495,49 @@ def demo_load(
         )
         if generation.phase != Phase.TWO:
             raise DemoError(f"generation {DEMO_GENERATION_NUMBER} exists but is not a phase-2 generation")
-        tasked = set(
-            Task.objects.filter(
-                generation=generation,
-                kind=TaskKind.NORMAL,
-                serial=0,
-                solution_id__in=[solution_pk[key] for key, _, _ in selected],
-            ).values_list("solution_id", flat=True)
-        )
-        new_tasks = [
-            Task(
-                generation=generation,
-                solution_id=solution_pk[key],
-                kind=TaskKind.NORMAL,
-                is_quality_control=False,
-                serial=0,
-                priority=task_priority(p.unique_id, s.conversation),
-                labelers_needed=1,
-            )
-            for key, p, s in selected
-            if solution_pk[key] not in tasked
+
+        # The human annotations: gold (screening, QC) and labeled work.
+        roles = annotation_roles(demo_problems)
+        annotated = {(p.unique_id, a.conversation): (p, a) for p in demo_problems for a in p.annotations}
+        gold = [
+            DemoGold(solution_id=by_conversation[key], first_wrong=annotated[key][1].first_wrong, role=role)
+            for key, role in sorted(roles.items(), key=lambda item: task_priority(*item[0]))
+            if role != ROLE_LABELED
         ]
-        Task.objects.bulk_create(new_tasks, batch_size=500)
-        say(f"Generation {generation.number} ({generation.status}): {len(new_tasks)} tasks created")
+        labeled_created = _demo_labeled_work(annotated, roles, by_conversation, generation)
+        say(f"Human annotations: {len(gold)} kept as gold, {labeled_created} loaded as labeled generation-0 work")
+
+        # Generation 0's open tasks: the first unlabeled solutions of each problem.
+        served = set(
+            Task.objects.filter(solution_id__in=by_conversation.values()).values_list("solution_id", flat=True)
+        )
+        open_tasks: list[Task] = []
+        for p in demo_problems:
+            taken = 0
+            for s in p.solutions:
+                if taken >= open_per_problem:
+                    break
+                if (p.unique_id, s.conversation) in annotated:
+                    continue
+                taken += 1
+                solution_id = by_conversation[(p.unique_id, s.conversation)]
+                if solution_id in served:
+                    continue
+                open_tasks.append(
+                    Task(
+                        generation=generation,
+                        solution_id=solution_id,
+                        kind=TaskKind.NORMAL,
+                        is_quality_control=False,
+                        serial=0,
+                        # Below 0, under any convincingness score (a PRM score in [0, 1]): once
+                        # a generation opens, its picks are served before generation 0's rest.
+                        priority=task_priority(p.unique_id, s.conversation) - 1.0,
+                        labelers_needed=1,
+                    )
+                )
+        Task.objects.bulk_create(open_tasks, batch_size=500)
+        say(f"Generation {generation.number} ({generation.status}): {len(open_tasks)} open tasks created")
 
         # Logins.
         _, admin = _ensure_user(
@@ -398,24 +547,138 @@ def demo_load(
             username=DEMO_LABELER_USERNAME, password=labeler_password, staff=False, reset_password=reset_passwords
         )
         if labeler.created:
-            # Active straight away (no screening) so the demo can be labeled at
-            # once; update_or_create also covers a Labeler made by a signal.
+            # Screened already, so the demo can be labeled at once; update_or_create
+            # also covers a Labeler made by a signal.
             Labeler.objects.update_or_create(user=labeler_user, defaults={"status": LabelerStatus.ACTIVE})
         else:
             Labeler.objects.get_or_create(user=labeler_user, defaults={"status": LabelerStatus.ACTIVE})
 
-        return DemoLoadResult(
-            problems_created=len(new_problems),
-            problems_total=Problem.objects.filter(unique_id__startswith=UNIQUE_ID_PREFIX).count(),
-            solutions_created=len(new_solutions),
-            solutions_total=Solution.objects.filter(problem__unique_id__startswith=UNIQUE_ID_PREFIX).count(),
-            tasks_created=len(new_tasks),
-            tasks_total=Task.objects.filter(generation=generation).count(),
-            generation_number=DEMO_GENERATION_NUMBER,
-            generation_status=str(generation.status),
-            admin=admin,
-            labeler=labeler,
+    demo_solutions = Solution.objects.filter(problem__unique_id__startswith=UNIQUE_ID_PREFIX)
+    return DemoLoadResult(
+        problems_created=len(new_problems),
+        problems_total=Problem.objects.filter(unique_id__startswith=UNIQUE_ID_PREFIX).count(),
+        solutions_created=len(new_solutions),
+        solutions_total=demo_solutions.count(),
+        tasks_created=len(open_tasks) + labeled_created,
+        tasks_total=Task.objects.filter(generation=generation).count(),
+        generation_number=DEMO_GENERATION_NUMBER,
+        generation_status=str(generation.status),
+        admin=admin,
+        labeler=labeler,
+        labeled_created=labeled_created,
+        gold=gold,
+        pool=demo_solutions.exclude(Exists(Task.objects.filter(solution_id=OuterRef("pk")))).count(),
+    )
+
+
+def _demo_labeled_work(
+    annotated: dict[tuple[str, str], tuple[DemoProblem, DemoAnnotation]],
+    roles: dict[tuple[str, str], str],
+    by_conversation: dict[tuple[str, str], int],
+    generation: Generation,
+) -> int:
+    """The annotations not used as gold, as submitted generation-0 assignments of CHAMP's annotators.
+
+    Steps before the annotated one are +1, the annotated one is -1 and ends the label
+    (found_error); an annotation of no mistake is every step +1 (solution). This is
+    the PRM800K reading of a first-wrong-step label, so training reads them as it
+    reads any labeler's work.
+    """
+    keys = [key for key, role in sorted(roles.items()) if role == ROLE_LABELED]
+    done = set(
+        Task.objects.filter(
+            generation=generation, kind=TaskKind.NORMAL, solution_id__in=[by_conversation[k] for k in keys]
+        ).values_list("solution_id", flat=True)
+    )
+    keys = [k for k in keys if by_conversation[k] not in done]
+    if not keys:
+        return 0
+    annotator, _ = Labeler.objects.get_or_create(
+        uuid=CHAMP_ANNOTATOR_UUID, defaults={"status": LabelerStatus.ACTIVE, "user": None}
+    )
+    now = timezone.now()
+    tasks = Task.objects.bulk_create(
+        [
+            Task(
+                generation=generation,
+                solution_id=by_conversation[key],
+                kind=TaskKind.NORMAL,
+                serial=0,
+                priority=task_priority(*key),
+                status=TaskStatus.DONE,
+            )
+            for key in keys
+        ],
+        batch_size=500,
+    )
+    task_ids = dict(
+        Task.objects.filter(generation=generation, solution_id__in=[by_conversation[k] for k in keys]).values_list(
+            "solution_id", "pk"
         )
+    )
+    del tasks
+    assignments = []
+    for key in keys:
+        annotation = annotated[key][1]
+        assignments.append(
+            Assignment(
+                task_id=task_ids[by_conversation[key]],
+                labeler=annotator,
+                status=AssignmentStatus.SUBMITTED,
+                started_at=now,
+                last_activity_at=now,
+                submitted_at=now,
+                total_time_ms=0,
+                finish_reason=FinishReason.SOLUTION if annotation.first_wrong is None else FinishReason.FOUND_ERROR,
+                finish_reason_text="CHAMP first-wrong-step annotation",
+            )
+        )
+    Assignment.objects.bulk_create(assignments, batch_size=500)
+    assignment_ids = dict(
+        Assignment.objects.filter(labeler=annotator, task_id__in=task_ids.values()).values_list("task_id", "pk")
+    )
+    steps: list[LabeledStep] = []
+    for key in keys:
+        annotation = annotated[key][1]
+        assignment_id = assignment_ids[task_ids[by_conversation[key]]]
+        last = len(annotation.steps) - 1 if annotation.first_wrong is None else annotation.first_wrong
+        for index in range(last + 1):
+            bad = index == annotation.first_wrong
+            steps.append(LabeledStep(assignment_id=assignment_id, index=index, chosen_completion=None if bad else 0))
+    LabeledStep.objects.bulk_create(steps, batch_size=1000)
+    step_ids = {
+        (assignment_id, index): pk
+        for pk, assignment_id, index in LabeledStep.objects.filter(
+            assignment_id__in=assignment_ids.values()
+        ).values_list("pk", "assignment_id", "index")
+    }
+    ratings: list[StepRating] = []
+    for key in keys:
+        annotation = annotated[key][1]
+        assignment_id = assignment_ids[task_ids[by_conversation[key]]]
+        last = len(annotation.steps) - 1 if annotation.first_wrong is None else annotation.first_wrong
+        for index in range(last + 1):
+            ratings.append(
+                StepRating(
+                    step_id=step_ids[(assignment_id, index)],
+                    completion_index=0,
+                    text=annotation.steps[index],
+                    rating=-1 if index == annotation.first_wrong else 1,
+                    updated_at=now,
+                )
+            )
+    StepRating.objects.bulk_create(ratings, batch_size=1000)
+    # Frozen as a submission freezes it, so exports stream these like any other record.
+    frozen = label_steps_for(list(assignment_ids.values()))
+    Assignment.objects.bulk_update(
+        [
+            Assignment(pk=pk, label_steps_json=orjson.dumps(frozen.get(pk, [])).decode())
+            for pk in assignment_ids.values()
+        ],
+        ["label_steps_json"],
+        batch_size=500,
+    )
+    return len(keys)
 
 
 def _demo_solution_keys(problem_pks: Iterable[int]) -> dict[_SolutionKey, int]:

@@ -68,12 +68,25 @@ def open_partial(target: Path) -> tuple[int, Path]:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             stale.unlink()
     fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
+    os.fchmod(fd, _file_mode())
     fcntl.flock(fd, fcntl.LOCK_EX)
     return fd, Path(name)
 
 
+def _file_mode() -> int:
+    """0o666 under the process umask, as ``open()`` would create it (mkstemp makes 0o600).
+
+    Exports are read by the group that runs the downstream jobs; the deployment's umask,
+    not this writer, decides who else may read them.
+    """
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def write_atomically(path: Path, data: bytes) -> None:
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    os.fchmod(fd, _file_mode())
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)

@@ -107,6 +107,34 @@ def gold_set(*, solution: Solution, steps: Sequence[GoldStepSpec]) -> list[GoldS
         return GoldStep.objects.bulk_create(rows)
 
 
+def gold_from_first_errors(*, items: Sequence[tuple[int, int | None]], note: str = "") -> tuple[list[Solution], int]:
+    """Make solutions gold from a first-wrong-step label each; (the solutions in order, how many became gold).
+
+    ``items`` are (solution id, index of the first wrong step or None for no mistake).
+    A solution that is gold already keeps its gold, so a second call changes nothing.
+    """
+    ids = [solution_id for solution_id, _ in items]
+    solutions = Solution.objects.in_bulk(ids)
+    missing = [solution_id for solution_id in ids if solution_id not in solutions]
+    if missing:
+        raise GoldError(f"solutions {missing} do not exist")
+    already = set(GoldStep.objects.filter(solution_id__in=ids).values_list("solution_id", flat=True))
+    created = 0
+    with transaction.atomic():
+        for solution_id, first_wrong in items:
+            if solution_id in already:
+                continue
+            solution = solutions[solution_id]
+            errors = [] if first_wrong is None else [first_wrong]
+            gold_set(
+                solution=solution,
+                steps=gold_steps_for_errors(step_count=solution.step_count, error_steps=errors, note=note),
+            )
+            already.add(solution_id)
+            created += 1
+    return [solutions[solution_id] for solution_id in ids], created
+
+
 def solution_is_gold(*, solution: Solution) -> bool:
     return GoldStep.objects.filter(solution=solution).exists()
 

@@ -13,9 +13,19 @@ from collections.abc import Mapping, Sequence
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
-PALETTE = ["#2563eb", "#16a34a", "#dc2626", "#9333ea", "#ea580c", "#0891b2"]
-_W, _H = 640, 220
-_PAD_L, _PAD_R, _PAD_T, _PAD_B = 48, 12, 12, 40
+# Series without a meaning of their own (counts, metrics): none of them green, grey or red,
+# which are taken by the colour language below.
+PALETTE = ["#2563eb", "#9333ea", "#ea580c", "#0891b2", "#a16207", "#db2777"]
+# The one colour language of the product: the task screen's rating colours (+1 green,
+# 0 grey, -1 red), and the same meaning for graded answers (correct green, wrong red,
+# no answer amber, not graded light grey).
+GOOD, NEUTRAL, BAD, MISSING, UNKNOWN = "#16a34a", "#6b7280", "#dc2626", "#d97706", "#cbd5e1"
+RATING_COLOURS = {"+1": GOOD, "0": NEUTRAL, "-1": BAD}
+ANSWER_COLOURS = {"correct": GOOD, "wrong": BAD, "no answer": MISSING, "ungraded": UNKNOWN}
+# A viewBox close to the size a panel draws it at, so 13-unit text stays about 12 px.
+_W, _H = 520, 220
+_PAD_L, _PAD_R, _PAD_T, _PAD_B = 52, 12, 12, 44
+_FONT = 13
 
 
 def _fmt(value: float) -> str:
@@ -26,18 +36,32 @@ def _fmt(value: float) -> str:
     return f"{value:.3g}"
 
 
+def _legend(names: Sequence[str], colours: Sequence[str], *, x: float, y: float) -> str:
+    """Swatches and names in a row, each as wide as its name (no overlap)."""
+    parts = []
+    for name, colour in zip(names, colours, strict=True):
+        parts.append(
+            f'<rect x="{x:.0f}" y="{y - 10:.0f}" width="11" height="11" fill="{colour}"/>'
+            f'<text x="{x + 15:.0f}" y="{y}" fill="#374151">{escape(name)}</text>'
+        )
+        x += 15 + 7.5 * len(name) + 16
+    return "".join(parts)
+
+
 def _frame(body: str, *, label: str, width: int = _W, height: int = _H) -> SafeString:
     return mark_safe(
         f'<svg class="chart" viewBox="0 0 {width} {height}" role="img" aria-label="{escape(label)}" '
-        f'xmlns="http://www.w3.org/2000/svg" font-size="11" font-family="system-ui, sans-serif">{body}</svg>'
+        f'xmlns="http://www.w3.org/2000/svg" font-size="{_FONT}" font-family="system-ui, sans-serif">{body}</svg>'
     )
 
 
-def _y_axis(top: float, *, height: int = _H) -> str:
+def _y_axis(top: float, *, height: int = _H, integers: bool = False) -> str:
     parts = []
     plot_h = height - _PAD_T - _PAD_B
     for i in range(5):
         value = top * i / 4
+        if integers and value != int(value):
+            continue  # a count axis has no 2.5 tick
         y = height - _PAD_B - plot_h * i / 4
         parts.append(
             f'<line x1="{_PAD_L}" x2="{_W - _PAD_R}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e5e7eb"/>'
@@ -59,12 +83,12 @@ def bar_chart(points: Sequence[tuple[str, float]], *, label: str, every: int = 1
     """Vertical bars; ``every`` labels only each n-th bar on the x axis (dense daily series)."""
     if not points:
         return _frame('<text x="50%" y="50%" text-anchor="middle" fill="#6b7280">no data yet</text>', label=label)
-    top = _nice_top([v for _, v in points])
+    top = max(4.0, _nice_top([v for _, v in points]))
     plot_w = _W - _PAD_L - _PAD_R
     plot_h = _H - _PAD_T - _PAD_B
     slot = plot_w / len(points)
     bar_w = max(1.0, slot * 0.8)
-    parts = [_y_axis(top)]
+    parts = [_y_axis(top, integers=all(float(v).is_integer() for _, v in points))]
     for i, (name, value) in enumerate(points):
         h = plot_h * value / top
         x = _PAD_L + i * slot + (slot - bar_w) / 2
@@ -75,15 +99,27 @@ def bar_chart(points: Sequence[tuple[str, float]], *, label: str, every: int = 1
         )
         if i % every == 0:
             parts.append(
-                f'<text x="{x + bar_w / 2:.1f}" y="{_H - _PAD_B + 14}" text-anchor="middle" fill="#374151">'
+                f'<text x="{x + bar_w / 2:.1f}" y="{_H - _PAD_B + 17}" text-anchor="middle" fill="#374151">'
                 f"{escape(name)}</text>"
             )
     return _frame("".join(parts), label=label)
 
 
-def share_bars(rows: Sequence[tuple[str, Sequence[tuple[str, int]]]], *, label: str) -> SafeString:
-    """One horizontal 100 % bar per row, split into its named parts, with a legend."""
-    row_h, gap, left = 22, 10, 90
+def share_bars(
+    rows: Sequence[tuple[str, Sequence[tuple[str, int]]]],
+    *,
+    label: str,
+    colours: Mapping[str, str] | None = None,
+) -> SafeString:
+    """One horizontal 100 % bar per row, split into its named parts, with a legend.
+
+    ``colours`` gives each part's colour by name (RATING_COLOURS, ANSWER_COLOURS).
+    """
+    row_h, gap, left = 24, 10, 90
+
+    def colour(k: int, name: str) -> str:
+        return (colours or {}).get(name, PALETTE[k % len(PALETTE)])
+
     names = [name for name, _ in rows[0][1]] if rows else []
     height = _PAD_T + len(rows) * (row_h + gap) + 30
     width = _W
@@ -100,7 +136,7 @@ def share_bars(rows: Sequence[tuple[str, Sequence[tuple[str, int]]]], *, label: 
             w = span * value / total if total else 0.0
             share = 100 * value / total if total else 0.0
             parts.append(
-                f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{row_h}" fill="{PALETTE[k % len(PALETTE)]}">'
+                f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{row_h}" fill="{colour(k, name)}">'
                 f"<title>{escape(row_label)}, {escape(name)}: {value:,} ({share:.1f} %)</title></rect>"
             )
             if w > 44:
@@ -109,24 +145,25 @@ def share_bars(rows: Sequence[tuple[str, Sequence[tuple[str, int]]]], *, label: 
                     f"{share:.0f} %</text>"
                 )
             x += w
-    legend_y = height - 12
-    for k, name in enumerate(names):
-        lx = left + k * 120
-        parts.append(
-            f'<rect x="{lx}" y="{legend_y - 9}" width="10" height="10" fill="{PALETTE[k % len(PALETTE)]}"/>'
-            f'<text x="{lx + 14}" y="{legend_y}" fill="#374151">{escape(name)}</text>'
-        )
+    parts.append(_legend(names, [colour(k, n) for k, n in enumerate(names)], x=left, y=height - 10))
     if not rows:
         parts.append('<text x="50%" y="30" text-anchor="middle" fill="#6b7280">no data yet</text>')
     return _frame("".join(parts), label=label, width=width, height=max(height, 60))
 
 
-def line_chart(x_labels: Sequence[str], series: Mapping[str, Sequence[float | None]], *, label: str) -> SafeString:
-    """One line per series over shared x positions; None leaves a gap."""
+def line_chart(
+    x_labels: Sequence[str],
+    series: Mapping[str, Sequence[float | None]],
+    *,
+    label: str,
+    top: float | None = None,
+) -> SafeString:
+    """One line per series over shared x positions; None leaves a gap. All series share one
+    axis, so give a chart one quantity (``top``: a fixed axis end, 1 for shares and scores)."""
     values = [v for s in series.values() for v in s if v is not None]
     if not x_labels or not values:
         return _frame('<text x="50%" y="50%" text-anchor="middle" fill="#6b7280">no data yet</text>', label=label)
-    top = _nice_top(values)
+    top = top if top is not None else _nice_top(values)
     plot_w = _W - _PAD_L - _PAD_R
     plot_h = _H - _PAD_T - _PAD_B
     step = plot_w / max(1, len(x_labels) - 1)
@@ -134,7 +171,7 @@ def line_chart(x_labels: Sequence[str], series: Mapping[str, Sequence[float | No
     for i, name in enumerate(x_labels):
         x = _PAD_L + (i * step if len(x_labels) > 1 else plot_w / 2)
         parts.append(
-            f'<text x="{x:.1f}" y="{_H - _PAD_B + 14}" text-anchor="middle" fill="#374151">{escape(name)}</text>'
+            f'<text x="{x:.1f}" y="{_H - _PAD_B + 17}" text-anchor="middle" fill="#374151">{escape(name)}</text>'
         )
     for k, (name, points) in enumerate(series.items()):
         color = PALETTE[k % len(PALETTE)]
@@ -152,8 +189,6 @@ def line_chart(x_labels: Sequence[str], series: Mapping[str, Sequence[float | No
             )
             if len(segment) > 1:
                 parts.append(f'<polyline points="{" ".join(segment[-2:])}" fill="none" stroke="{color}"/>')
-        parts.append(
-            f'<rect x="{_PAD_L + k * 130}" y="{_H - 14}" width="10" height="10" fill="{color}"/>'
-            f'<text x="{_PAD_L + k * 130 + 14}" y="{_H - 5}" fill="#374151">{escape(name)}</text>'
-        )
+    names = list(series)
+    parts.append(_legend(names, [PALETTE[k % len(PALETTE)] for k in range(len(names))], x=_PAD_L, y=_H - 6))
     return _frame("".join(parts), label=label)

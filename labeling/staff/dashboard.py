@@ -7,10 +7,9 @@ staff-only and is opened rarely, unlike the labeler pages.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import date, datetime, time, timedelta
 
 from django.db.models import Count, Exists, OuterRef, Q
-from django.db.models.functions import TruncDate
 from django.utils import timezone
 
 from labeling.models import (
@@ -39,17 +38,20 @@ def _generation_label(number: int | None) -> str:
 
 
 def labels_per_day(*, days: int = 30, now: datetime | None = None) -> list[tuple[date, int]]:
-    """Step labels (rated completions of submitted work) per day of their last change, oldest first."""
+    """Step labels (rated completions of submitted work) per day of their last change, oldest first.
+
+    One query of a filtered count per day over the window: range comparisons on
+    ``updated_at`` use its index on every backend, where truncating each row to its date
+    runs a per-row function (a Python one on SQLite: 0.37 s for the demo's 3,400 labels).
+    """
     now = now or timezone.now()
     first = timezone.localdate(now) - timedelta(days=days - 1)
-    counts = dict(
-        StepRating.objects.filter(_SUBMITTED, updated_at__date__gte=first)
-        .annotate(day=TruncDate("updated_at"))
-        .values_list("day")
-        .annotate(n=Count("pk"))
-        .values_list("day", "n")
+    tz = timezone.get_current_timezone()
+    starts = [datetime.combine(first + timedelta(days=i), time.min, tzinfo=tz) for i in range(days + 1)]
+    counts = StepRating.objects.filter(_SUBMITTED, updated_at__gte=starts[0]).aggregate(
+        **{f"d{i}": Count("pk", filter=Q(updated_at__gte=starts[i], updated_at__lt=starts[i + 1])) for i in range(days)}
     )
-    return [(first + timedelta(days=i), counts.get(first + timedelta(days=i), 0)) for i in range(days)]
+    return [(first + timedelta(days=i), counts[f"d{i}"]) for i in range(days)]
 
 
 def labels_per_generation() -> list[tuple[str, int]]:

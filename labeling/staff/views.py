@@ -43,6 +43,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "ratings": dashboard_charts.share_bars(
             [("all labels", [("+1", shares.positive), ("0", shares.neutral), ("-1", shares.negative)])],
             label="share of ratings",
+            colours=dashboard_charts.RATING_COLOURS,
         ),
         "correct": dashboard_charts.share_bars(
             [
@@ -58,12 +59,14 @@ def dashboard(request: HttpRequest) -> HttpResponse:
                 for r in correctness
             ],
             label="solutions ending in a correct answer, per generation",
+            colours=dashboard_charts.ANSWER_COLOURS,
         ),
         "queue": dashboard_charts.bar_chart([(g, n) for g, _s, n in queue], label="open tasks per generation"),
         "agreement": dashboard_charts.line_chart(
             agreement.generations,
             {"all labelers": [None if r is None else 100 * r for r in agreement.overall]},
             label="agreement with gold per generation (%)",
+            top=100,
         ),
     }
     context = {

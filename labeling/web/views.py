@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from labeling.labelers import labeler_can_take_work
+from labeling.labelers import labeler_can_take_work, labeler_peek
 from labeling.models import FinishReason, LabelerStatus
 from labeling.quality.control import labeler_screening_result
 from labeling.web.forms import PressesInvalid, RateForm, ReasonForm, presses_from_json
@@ -40,18 +40,19 @@ from labeling.work.assignment import (
 )
 from labeling.work.queue import LabelerMayNotWork, assignment_next
 from labeling.work.rating import TaskChanged, assignment_submit_and_next, presses_apply, step_rate
-from labeling.work.selectors import assignment_current, labeler_stats, task_screen_from
+from labeling.work.selectors import LabelerStats, assignment_current, labeler_stats, task_screen_from
 
 
 @login_required
 @require_GET
 def home(request: LabelerRequest) -> HttpResponse:
-    labeler = labeler_of(request)
+    labeler = labeler_peek(user=request.user)
+    stored = labeler.pk is not None
     context = {
         "labeler": labeler,
         "may_work": labeler_can_take_work(labeler),
-        "stats": labeler_stats(labeler=labeler),
-        "current": assignment_current(labeler=labeler),
+        "stats": labeler_stats(labeler=labeler) if stored else LabelerStats(0, 0, 0, 0),
+        "current": assignment_current(labeler=labeler) if stored else None,
     }
     return render(request, "labeling/home.html", context)
 
@@ -218,7 +219,9 @@ def _abandon(request: LabelerRequest, pk: int, reason: FinishReason) -> HttpResp
 @require_GET
 def screening_result(request: LabelerRequest) -> HttpResponse:
     """The labeler's own screening: progress, then the overall result (never per-item answers)."""
-    labeler = labeler_of(request)
+    labeler = labeler_peek(user=request.user)
+    if labeler.pk is None:
+        return redirect("home")  # never asked for work: no screening to show
     return render(
         request, "labeling/screening.html", {"labeler": labeler, "result": labeler_screening_result(labeler=labeler)}
     )

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from labeling.data.display import is_hidden_character
 from labeling.models import Assignment, AssignmentStatus, FinishReason, Labeler, Problem, StepRating
+from labeling.work.answer_display import Segment, answer_is_math, answer_segments
 from labeling.work.progress import Progress, progress_compute
 
 # Work a labeler is credited with, on their home page and in the admin alike:
@@ -159,6 +160,15 @@ class TaskScreen:
             for ch in self.problem.answer or ""
         )
         return "\\boxed{" + answer + "}"
+
+    @property
+    def answer_is_math(self) -> bool:
+        return answer_is_math(self.problem.answer or "")
+
+    @property
+    def answer_segments(self) -> list[Segment]:
+        """Prose as text and formulas as math (labeling.work.answer_display)."""
+        return answer_segments(self.problem.answer or "")
 
     @property
     def is_open(self) -> bool:

@@ -94,3 +94,52 @@ def test_labelers_cannot_start_generations() -> None:
 
     assert response.status_code == 302 and "/login/" in response["Location"]
     assert not Generation.objects.exists()
+
+
+def _opened(*, number: int, score_total: int, selected: int, stats: dict[str, int]) -> Generation:
+    from django.utils import timezone
+
+    generation = make_generation(number=number, status=GenerationStatus.OPEN)
+    Generation.objects.filter(pk=generation.pk).update(started_at=timezone.now())
+    GenerationRun.objects.create(
+        generation=generation,
+        config={"k": 100, "per_problem": False, "wrong_share": 0.8},
+        step=GenerationStatus.OPEN,
+        score_total=score_total,
+        scored=score_total,
+        selected=selected,
+        selection_stats=stats,
+        selecting_finished_at=timezone.now(),
+    )
+    generation.refresh_from_db()
+    return generation
+
+
+@pytest.mark.django_db
+def test_an_empty_pool_is_said_in_words_on_the_generation_page_and_the_dashboard(staff: Client) -> None:
+    generation = _opened(number=1, score_total=0, selected=0, stats={})
+    page = staff.get(reverse("admin:labeling_generation_change", args=[generation.pk])).content.decode()
+    assert "The pool was empty" in page
+    assert "step open" in page and "opened 20" in page  # the finish time, not "step selecting"
+    listing = staff.get(reverse("admin:labeling_generation_changelist")).content.decode()
+    assert "The pool was empty" in listing
+    dashboard = staff.get("/dashboard/").content.decode()
+    assert "Generation 1" in dashboard and "The pool was empty" in dashboard
+
+
+@pytest.mark.django_db
+def test_nothing_graded_wrong_and_everything_labeled_are_said_in_words(staff: Client) -> None:
+    from activelearn.generation_report import generation_notes
+
+    none_wrong = _opened(number=1, score_total=50, selected=50, stats={"candidates": 50, "wrong_answer_candidates": 0})
+    (note,) = [n for n in generation_notes(generation=none_wrong, run=none_wrong.run) if "graded wrong" in n]
+    assert "no convincing wrong answers" in note
+    labeled = _opened(number=2, score_total=50, selected=0, stats={"candidates": 0})
+    assert "already labeled or served" in generation_notes(generation=labeled, run=labeled.run)[0]
+    full = _opened(
+        number=3,
+        score_total=500,
+        selected=100,
+        stats={"candidates": 500, "wrong_answer_candidates": 300, "picks_with_wrong_answer": 85},
+    )
+    assert generation_notes(generation=full, run=full.run) == []

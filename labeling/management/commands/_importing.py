@@ -34,7 +34,7 @@ class ImportCommand(BaseCommand):
         for path in paths:
             if not path.is_file():
                 raise CommandError(f"{path}: no such file")
-        bar = tqdm(unit=self.unit, disable=options["no_progress"], file=sys.stderr, leave=False)
+        bar = tqdm(unit=self.unit, disable=True if options["no_progress"] else None, file=sys.stderr, leave=False)
         progress: Progress = bar.update
         try:
             result = service(paths=paths, dry_run=options["dry_run"], progress=progress)

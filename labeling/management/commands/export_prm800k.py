@@ -22,7 +22,10 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         filters = filters_from_options(options)
         to_stdout = options["output"] == "-"
-        bar = tqdm(unit="record", disable=options["no_progress"] or to_stdout, file=sys.stderr, leave=False)
+        # disable=None: no bar unless stderr is a terminal; in a log or a pipe it cannot be
+        # erased, and "leave=False" would leave an empty bar after the result line.
+        disable = True if options["no_progress"] or to_stdout else None
+        bar = tqdm(unit="record", disable=disable, file=sys.stderr, leave=False)
         try:
             result = prm800k_export(output=options["output"], filters=filters, progress=bar.update)
         except OSError as exc:

@@ -29,7 +29,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         filters = filters_from_options(options)
-        bar = tqdm(unit="record", disable=options["no_progress"], file=sys.stderr, leave=False)
+        bar = tqdm(unit="record", disable=True if options["no_progress"] else None, file=sys.stderr, leave=False)
         try:
             result = stepwise_export(
                 output=options["output"],

@@ -1,8 +1,10 @@
-"""load_demo: CHAMP problems and real LLM solutions as generation-0 work, demo logins, idempotence."""
+"""load_demo: CHAMP problems, every distinct real LLM solution, human labels as gold and labeled work, logins."""
 
 from __future__ import annotations
 
+from collections import Counter
 from io import StringIO
+from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -13,6 +15,9 @@ from activelearn.stepgen.splitting import split_steps
 from labeling.data import demo
 from labeling.data.demo import GENERATOR, demo_load
 from labeling.models import (
+    Assignment,
+    AssignmentStatus,
+    FinishReason,
     Generation,
     GenerationStatus,
     Labeler,
@@ -21,6 +26,7 @@ from labeling.models import (
     Problem,
     Solution,
     Split,
+    StepRating,
     Task,
     TaskKind,
     TaskStatus,
@@ -78,7 +84,7 @@ def test_solutions_are_split_by_the_shared_splitter():
     import champ_dataset
 
     problem = demo.read_champ(solutions_per_problem=1)[0]
-    (solution,) = problem.solutions
+    solution = problem.solutions[0]  # the first conversation; annotated ones follow
     item = champ_dataset.load(demo.CHAMP_VERSION).problems[problem.unique_id.removeprefix("champ/")]
     found = demo.solution_message(item.conversations[solution.conversation].messages)
     assert found is not None
@@ -95,12 +101,25 @@ def test_task_priority_is_stable_and_in_unit_interval():
 # --- loading -------------------------------------------------------------------
 
 
+PROBLEMS = 40  # 80 human annotations: 30 screening, 20 QC, 30 labeled
+
+
+def _load(**options: Any) -> demo.DemoLoadResult:
+    defaults: dict[str, Any] = {
+        "solutions_per_problem": PER_PROBLEM,
+        "admin_password": "adm-pw",
+        "labeler_password": "lab-pw",
+        "problems": PROBLEMS,
+    }
+    return demo_load(**{**defaults, **options})
+
+
 @pytest.mark.django_db
 def test_load_demo_creates_real_problems_solutions_tasks_and_logins():
-    result = demo_load(solutions_per_problem=PER_PROBLEM, admin_password="adm-pw", labeler_password="lab-pw")
+    result = _load()
 
     problems = list(Problem.objects.all())
-    assert len(problems) == 270 == result.problems_total == result.problems_created
+    assert len(problems) == PROBLEMS == result.problems_total == result.problems_created
     for problem in problems:
         assert problem.unique_id.startswith("champ/P_")
         assert problem.answer
@@ -110,34 +129,46 @@ def test_load_demo_creates_real_problems_solutions_tasks_and_logins():
         assert problem.problem_sha256 == text_sha256(problem.problem)
 
     solutions = list(Solution.objects.all())
-    assert len(solutions) == 270 * PER_PROBLEM == result.solutions_created
+    # The first PER_PROBLEM conversations of each problem, plus its annotated ones.
+    assert PROBLEMS * PER_PROBLEM <= len(solutions) == result.solutions_created <= PROBLEMS * (PER_PROBLEM + 2)
     assert {s.source_model for s in solutions} <= {"GPT-3.5", "GPT-4", "GPT-4 Turbo", "PaLM 2 Medium"}
     for solution in solutions:
         assert solution.steps and all(step.strip() == step and step for step in solution.steps)
         assert solution.content_sha256 == content_sha256(solution.steps, solution.final_answer)
-        assert solution.is_correct is None
         assert solution.generator == GENERATOR and "|" in solution.source_key
     # The extracted answer, not the last sentence: short, and mostly found.
     answered = [s for s in solutions if s.final_answer]
     assert len(answered) > 0.95 * len(solutions)
     assert sorted(len(s.final_answer) for s in answered)[len(answered) // 2] < 20
-    assert sum(1 for s in solutions if s.step_count > 1) > 0.9 * len(solutions)
 
-    generation = Generation.objects.get()
-    assert (generation.number, generation.phase, generation.status) == (0, Phase.TWO, GenerationStatus.OPEN)
-    tasks = list(Task.objects.all())
-    assert len(tasks) == len(solutions) == result.tasks_created
-    assert {t.solution_id for t in tasks} == {s.pk for s in solutions}
-    for task in tasks:
-        assert task.generation_id == generation.pk
-        assert (task.kind, task.status, task.serial, task.labelers_needed) == (
+    generation = Generation.objects.get(number=0)
+    assert (generation.phase, generation.status) == (Phase.TWO, GenerationStatus.OPEN)
+    open_tasks = list(
+        Task.objects.filter(generation=generation, status=TaskStatus.OPEN, kind=TaskKind.NORMAL).select_related(
+            "solution__problem"
+        )
+    )
+    # Up to DEFAULT_OPEN_PER_PROBLEM per problem, of the solutions nobody annotated.
+    annotated = {
+        (p.unique_id, a.conversation)
+        for p in demo.read_champ(solutions_per_problem=PER_PROBLEM)[:PROBLEMS]
+        for a in p.annotations
+    }
+    per_problem = Counter(t.solution.problem_id for t in open_tasks)
+    assert max(per_problem.values()) == demo.DEFAULT_OPEN_PER_PROBLEM
+    assert len(per_problem) > PROBLEMS // 2
+    assert not {(t.solution.problem.unique_id, t.solution.source_key) for t in open_tasks} & annotated
+    for task in open_tasks:
+        assert (task.kind, task.serial, task.labelers_needed, task.is_quality_control) == (
             TaskKind.NORMAL,
-            TaskStatus.OPEN,
             0,
             1,
+            False,
         )
-        assert not task.is_quality_control
-        assert 0 <= task.priority < 1
+        assert -1 <= task.priority < 0  # after any later generation's picks (scores in [0, 1])
+    # Every solution not served is the pool the next generation scores.
+    served = set(Task.objects.values_list("solution_id", flat=True))
+    assert result.pool == len(solutions) - len(served) > 0
 
     admin = get_user_model().objects.get(username="admin")
     assert admin.is_staff and admin.is_superuser
@@ -149,10 +180,59 @@ def test_load_demo_creates_real_problems_solutions_tasks_and_logins():
 
 
 @pytest.mark.django_db
+def test_the_human_annotations_not_kept_as_gold_are_labeled_generation_zero_work():
+    result = _load()
+    annotations = {
+        (p.unique_id, a.conversation): a
+        for p in demo.read_champ(solutions_per_problem=PER_PROBLEM)[:PROBLEMS]
+        for a in p.annotations
+    }
+    roles = demo.annotation_roles(demo.read_champ(solutions_per_problem=PER_PROBLEM)[:PROBLEMS])
+    labeled = [key for key, role in roles.items() if role == demo.ROLE_LABELED]
+    assert result.labeled_created == len(labeled) == len(annotations) - 50 > 0
+    assert len(result.gold) == 50
+    assert Counter(g.role for g in result.gold) == {demo.ROLE_SCREENING: 30, demo.ROLE_QUALITY_CONTROL: 20}
+
+    submitted = Assignment.objects.filter(status=AssignmentStatus.SUBMITTED).select_related(
+        "task__solution__problem", "labeler"
+    )
+    assert submitted.count() == len(labeled)
+    for assignment in submitted:
+        solution = assignment.task.solution
+        annotation = annotations[(solution.problem.unique_id, solution.source_key)]
+        assert (assignment.task.generation.number, assignment.task.status) == (0, TaskStatus.DONE)
+        assert assignment.labeler.user is None and assignment.labeler.status == LabelerStatus.ACTIVE
+        ratings = list(
+            StepRating.objects.filter(step__assignment=assignment)
+            .order_by("step__index")
+            .values_list("rating", flat=True)
+        )
+        if annotation.first_wrong is None:
+            assert assignment.finish_reason == FinishReason.SOLUTION
+            assert ratings == [1] * len(solution.steps)
+        else:
+            assert assignment.finish_reason == FinishReason.FOUND_ERROR
+            assert ratings == [1] * annotation.first_wrong + [-1]
+        assert assignment.label_steps_json
+    # What training reads: every labeled solution, with the annotated step negative.
+    from activelearn.training_data import labeled_solutions_list
+
+    assert len(labeled_solutions_list()) == len(labeled)
+
+
+def test_the_first_wrong_step_is_the_step_holding_the_annotated_character():
+    text = "First line.\n\nSecond, wrong, line.\n\nThird."
+    steps = split_steps(text)
+    assert demo.first_wrong_step(text, steps, text.index("wrong")) == 1
+    assert demo.first_wrong_step(text, steps, 0) == 0
+    assert demo.first_wrong_step(text, steps, None) is None
+
+
+@pytest.mark.django_db
 def test_second_run_creates_nothing():
-    demo_load(solutions_per_problem=PER_PROBLEM, admin_password="a", labeler_password="l")
+    _load(admin_password="a", labeler_password="l")
     before = _counts()
-    again = demo_load(solutions_per_problem=PER_PROBLEM, admin_password="a", labeler_password="l")
+    again = _load(admin_password="a", labeler_password="l")
     assert _counts() == before
     assert (again.problems_created, again.solutions_created, again.tasks_created) == (0, 0, 0)
     assert not again.admin.created and not again.labeler.created
@@ -161,7 +241,7 @@ def test_second_run_creates_nothing():
 
 @pytest.mark.django_db
 def test_a_run_over_rows_an_earlier_version_loaded_updates_their_answer_instead_of_duplicating_them():
-    demo_load(solutions_per_problem=PER_PROBLEM, admin_password="a", labeler_password="l")
+    _load(admin_password="a", labeler_password="l")
     # As earlier versions stored them: the last step as the answer, no provenance.
     old = []
     for solution in Solution.objects.all():
@@ -173,7 +253,7 @@ def test_a_run_over_rows_an_earlier_version_loaded_updates_their_answer_instead_
     Solution.objects.bulk_update(old, ["final_answer", "content_sha256", "generator", "source_key"])
     before = _counts()
 
-    demo_load(solutions_per_problem=PER_PROBLEM, admin_password="a", labeler_password="l")
+    _load(admin_password="a", labeler_password="l")
 
     assert _counts() == before
     current = {
@@ -204,7 +284,9 @@ def test_command_prints_credentials_every_run(monkeypatch):
     monkeypatch.setenv("DEMO_LABELER_PASSWORD", "s3cret-labeler")
     for _ in range(2):
         out = StringIO()
-        call_command("load_demo", "--solutions-per-problem", str(PER_PROBLEM), stdout=out)
+        call_command(
+            "load_demo", "--solutions-per-problem", str(PER_PROBLEM), "--problems", "3", "--no-grade", stdout=out
+        )
         text = out.getvalue()
         assert "username: admin" in text and "password: s3cret-admin" in text
         assert "username: labeler" in text and "password: s3cret-labeler" in text
@@ -236,7 +318,7 @@ def test_command_rejects_negative_size():
 def test_command_refuses_default_passwords_outside_a_local_setup(monkeypatch):
     monkeypatch.delenv("DEMO_ADMIN_PASSWORD", raising=False)
     monkeypatch.delenv("DEMO_LABELER_PASSWORD", raising=False)
-    monkeypatch.setattr("labeling.management.commands.load_demo.default_passwords_allowed", lambda *, debug: False)
+    monkeypatch.setattr("activelearn.management.commands.load_demo.default_passwords_allowed", lambda *, debug: False)
     with pytest.raises(CommandError, match="DEMO_ADMIN_PASSWORD"):
         call_command("load_demo", stdout=StringIO())
     assert Problem.objects.count() == 0

@@ -176,3 +176,23 @@ def test_it_writes_timestamps_exactly_as_the_release_does(tmp_path: Path, timest
     [exported] = export(tmp_path)
 
     assert exported["timestamp"] == timestamp
+
+
+@pytest.mark.django_db
+def test_the_file_and_manifest_are_readable_by_the_group_and_no_bar_is_left_behind(
+    tmp_path: Path, dataset: list[dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    import os
+    import stat
+
+    out = tmp_path / "labels.jsonl"
+    previous = os.umask(0o027)
+    try:
+        call_command("export_prm800k", "--output", str(out))  # progress on, stderr not a terminal
+    finally:
+        os.umask(previous)
+    for path in (out, out.with_name(out.name + ".manifest.json")):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o640  # 0o666 under the umask, not mkstemp's 0o600
+    captured = capsys.readouterr()
+    assert f"wrote {len(dataset)} record(s)" in captured.out
+    assert captured.err == ""  # no empty progress bar after the result line

@@ -49,21 +49,49 @@ def test_it_plots_the_campaign(staff_client: Client, django_assert_max_num_queri
     for _ in range(4):
         make_task(generation=open_generation)
     PRMCheckpoint.objects.create(
-        base_model="tiny", status=CheckpointStatus.TRAINING, metrics={"loss": 0.7, "auroc": 0.61}
+        base_model="tiny", status=CheckpointStatus.TRAINING, metrics={"val_loss": 0.7, "val_auroc": 0.61}
     )
     PRMCheckpoint.objects.create(
-        base_model="tiny", status=CheckpointStatus.TRAINING, metrics={"loss": 0.5, "auroc": 0.72}
+        base_model="tiny",
+        status=CheckpointStatus.TRAINING,
+        metrics={"val_loss": 0.5, "val_auroc": 0.72, "train_solutions": 118},
+        calibration={"first_error": {"f1": 0.4}},
     )
     with django_assert_max_num_queries(20):
         response = staff_client.get("/dashboard/")
     assert response.status_code == 200
     page = response.content.decode()
-    assert page.count("<svg") >= 7
+    assert page.count("<svg") >= 8
     assert "gen 0: 15" in page  # step labels of generation 0 (3 solutions x 5 steps)
     assert "+1: 12" in page  # 12 of the 15 are +1, 3 are neutral
     assert "gen 1: 4" in page  # open tasks
-    assert "auroc @ #" in page
-    assert "0.7200" in page
+    # One quantity per chart: scores on a 0-1 axis, losses on their own, counts in the table only.
+    assert "step AUROC @ #" in page and ": 0.72</title>" in page
+    assert "first-error F1 @ #" in page and ": 0.4</title>" in page
+    assert "validation @ #" in page
+    assert "<td>118</td>" in page and "118.0" not in page
+    assert "<td>0.720</td>" in page
+
+
+@pytest.mark.django_db
+def test_its_colours_follow_the_rating_and_answer_colours_of_the_product(staff_client: Client) -> None:
+    from labeling.staff.charts import ANSWER_COLOURS, RATING_COLOURS
+
+    make_labeled_generation(solutions=2)
+    page = staff_client.get("/dashboard/").content.decode()
+    assert RATING_COLOURS["+1"] == ANSWER_COLOURS["correct"] == "#16a34a"  # green
+    assert RATING_COLOURS["-1"] == ANSWER_COLOURS["wrong"] == "#dc2626"  # red
+    assert len(set(ANSWER_COLOURS.values())) == 4  # correct, wrong, no answer, ungraded told apart
+    for colour in RATING_COLOURS.values():
+        assert f'fill="{colour}"' in page
+    assert 'fill="#cbd5e1"' in page  # the ungraded legend swatch
+
+
+@pytest.mark.django_db
+def test_it_is_linked_from_the_admin_index_and_the_top_bar(staff_client: Client) -> None:
+    assert 'href="/dashboard/"' in staff_client.get("/admin/").content.decode()
+    assert 'href="/dashboard/"' in staff_client.get("/admin/labeling/problem/").content.decode()
+    assert 'href="/dashboard/"' in staff_client.get("/").content.decode()
 
 
 @pytest.mark.django_db
@@ -204,8 +232,9 @@ def test_it_shows_held_out_evaluations_beside_their_baselines(staff_client: Clie
     page = staff_client.get("/dashboard/").content.decode()
     row = page[page.index("split:test") :]
     row = row[: row.index("</tr>")]
-    # The largest N is shown, with the problems skipped for having fewer candidates.
-    for text in ("(86)", "0.812 / min", "0.751", "0.312 (0.109)", "16, 38 (2)", "0.471", "0.662", "0.640", "0.890"):
+    # Held-out set (labeled solutions), AUROC, F1, the largest N, the PRM's pick and majority
+    # vote; the other baselines are on the checkpoint's admin page.
+    for text in ("(86)", "<td>0.751</td>", "<td>0.312</td>", "<td>16</td>", "<td>0.471</td>", "<td>0.640</td>"):
         assert text in row, text
     admin_page = staff_client.get(reverse("admin:activelearn_prmcheckpoint_change", args=[checkpoint.pk]))
     text = admin_page.content.decode()

@@ -54,7 +54,7 @@ def test_it_signs_in_with_a_password():
     assert response["Location"] == reverse("home")
 
 
-def test_it_creates_a_labeler_on_first_visit_and_shows_status_and_counts():
+def test_a_first_visit_shows_status_and_counts_and_asking_for_work_creates_the_labeler():
     from django.contrib.auth.models import User
 
     user = User.objects.create_user(username="new", password="pw-for-tests-1")
@@ -62,6 +62,8 @@ def test_it_creates_a_labeler_on_first_visit_and_shows_status_and_counts():
     client.force_login(user)
     response = client.get(reverse("home"))
     assert response.status_code == 200
+    assert not Labeler.objects.filter(user=user).exists()  # looking creates nothing
+    client.post(reverse("next-task"))
     assert Labeler.objects.get(user=user).status == LabelerStatus.SCREENING
     body = response.content.decode()
     assert "Start labeling" in body
@@ -335,3 +337,28 @@ def test_it_needs_a_reason_to_give_up_or_report_a_bad_problem(url_name, reason):
     assert response.status_code == 302
     a.refresh_from_db()
     assert (a.status, a.finish_reason, a.finish_reason_text) == ("submitted", reason, "the answer key is wrong")
+
+
+def test_visiting_the_home_page_creates_no_labeler_row() -> None:
+    from django.contrib.auth import get_user_model
+
+    admin = get_user_model().objects.create_user(username="an-admin", password="x", is_staff=True)
+    client = Client()
+    client.force_login(admin)
+    assert client.get(reverse("home")).status_code == 200
+    assert client.get(reverse("screening-result")).status_code == 302
+    assert not Labeler.objects.filter(user=admin).exists()
+
+
+def test_a_text_answer_is_shown_as_text_and_only_its_formula_as_math() -> None:
+    client, assignment = _started(answer="The limit exists and is equal to 3")
+    page = client.get(reverse("task", args=[assignment.pk])).content.decode()
+    assert '<span class="answer-text">The limit exists and is equal to</span>' in page
+    assert '<span class="math">\\(3\\)</span>' in page
+    assert "\\boxed{The limit" not in page
+
+
+def test_a_formula_answer_is_still_one_boxed_formula() -> None:
+    client, assignment = _started(answer="(a^3+2b)/(3a)")
+    page = client.get(reverse("task", args=[assignment.pk])).content.decode()
+    assert "\\(\\boxed{(a^3+2b)/(3a)}\\)" in page

@@ -1,4 +1,4 @@
-"""``manage.py load_demo``: CHAMP problems and LLM solutions as generation-0 work, plus demo logins."""
+"""``manage.py load_demo``: CHAMP as a small campaign (pool, gold, labeled and open work), plus demo logins."""
 
 from __future__ import annotations
 
@@ -9,23 +9,25 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from activelearn.demo import demo_campaign_load
 from labeling.data.demo import (
     DEFAULT_ADMIN_PASSWORD,
     DEFAULT_LABELER_PASSWORD,
-    DEFAULT_SOLUTIONS_PER_PROBLEM,
+    DEFAULT_OPEN_PER_PROBLEM,
     DemoError,
     DemoLogin,
     default_passwords_allowed,
-    demo_load,
 )
 
 
 class Command(BaseCommand):
     help = (
         "Load demo data: the 270 problems of the CHAMP benchmark (champ-dataset package) with their "
-        "reference answers, real GPT-3.5/GPT-4/GPT-4 Turbo/PaLM 2 solutions split one step per line, "
-        "generation 0 with one open task per solution, a demo admin ('admin') and an active demo labeler "
-        "('labeler'). Passwords come from DEMO_ADMIN_PASSWORD / DEMO_LABELER_PASSWORD (default: the "
+        "reference answers and every distinct real GPT-3.5/GPT-4/GPT-4 Turbo/PaLM 2 solution split one step "
+        "per line; CHAMP's human first-wrong-step annotations as the screening set, generation 0's QC items "
+        "and labeled generation-0 work; a few open generation-0 tasks per problem, the rest kept as the pool; "
+        "final answers graded; a demo admin ('admin') and an active demo labeler ('labeler'). "
+        "Passwords come from DEMO_ADMIN_PASSWORD / DEMO_LABELER_PASSWORD (default: the "
         "username; only allowed with DEBUG or SQLite). Idempotent: existing rows and passwords are kept."
     )
 
@@ -34,14 +36,24 @@ class Command(BaseCommand):
         size.add_argument(
             "--solutions-per-problem",
             type=int,
-            default=DEFAULT_SOLUTIONS_PER_PROBLEM,
+            default=None,
             metavar="N",
-            help=f"solutions loaded per problem (default {DEFAULT_SOLUTIONS_PER_PROBLEM}; 0 loads problems only)",
+            help="solutions loaded per problem besides the annotated ones (default: every distinct one, "
+            "about 13,300 in all; 0 loads problems only)",
         )
         size.add_argument(
-            "--all",
-            action="store_true",
-            help="load every usable solution (about 13,300 distinct ones; takes longer)",
+            "--all", action="store_true", help="load every distinct solution (the default; kept for scripts)"
+        )
+        parser.add_argument(
+            "--open-per-problem",
+            type=int,
+            default=DEFAULT_OPEN_PER_PROBLEM,
+            metavar="N",
+            help=f"open generation-0 tasks per problem (default {DEFAULT_OPEN_PER_PROBLEM}); the rest is the pool",
+        )
+        parser.add_argument("--problems", type=int, metavar="N", help="only the first N problems (a smaller demo)")
+        parser.add_argument(
+            "--no-grade", action="store_true", help="leave final answers ungraded (grade_solutions does it later)"
         )
         parser.add_argument(
             "--reset-passwords",
@@ -53,6 +65,10 @@ class Command(BaseCommand):
         per_problem: int | None = None if options["all"] else options["solutions_per_problem"]
         if per_problem is not None and per_problem < 0:
             raise CommandError(f"--solutions-per-problem must be 0 or more, got {per_problem}")
+        if options["open_per_problem"] < 0:
+            raise CommandError(f"--open-per-problem must be 0 or more, got {options['open_per_problem']}")
+        if options["problems"] is not None and options["problems"] < 1:
+            raise CommandError(f"--problems must be at least 1, got {options['problems']}")
         admin_password = os.environ.get("DEMO_ADMIN_PASSWORD") or DEFAULT_ADMIN_PASSWORD
         labeler_password = os.environ.get("DEMO_LABELER_PASSWORD") or DEFAULT_LABELER_PASSWORD
         uses_default = admin_password == DEFAULT_ADMIN_PASSWORD or labeler_password == DEFAULT_LABELER_PASSWORD
@@ -64,15 +80,19 @@ class Command(BaseCommand):
 
         verbose = options["verbosity"] >= 1
         try:
-            result = demo_load(
+            campaign = demo_campaign_load(
                 solutions_per_problem=per_problem,
                 admin_password=admin_password,
                 labeler_password=labeler_password,
                 reset_passwords=options["reset_passwords"],
+                open_per_problem=options["open_per_problem"],
+                problems=options["problems"],
+                grade=not options["no_grade"],
                 progress=self.stdout.write if verbose else None,
             )
         except DemoError as exc:
             raise CommandError(str(exc)) from exc
+        result = campaign.data
 
         self.stdout.write(
             self.style.SUCCESS(
@@ -82,11 +102,16 @@ class Command(BaseCommand):
                 f"{result.tasks_created} tasks."
             )
         )
+        self.stdout.write(
+            f"  {result.labeled_created} human labels loaded as labeled work this run; screening set "
+            f"{campaign.screening_items} items, {campaign.quality_control_items} QC items; {result.pool} solutions "
+            f"in the pool for the next generation; {campaign.graded} final answers graded this run."
+        )
         # Always printed, even with --verbosity 0: `make run` users read their logins here.
         self.stdout.write("")
         self.stdout.write("  Demo logins:")
         self.stdout.write(self._login_line("admin (staff, superuser)", result.admin))
-        self.stdout.write(self._login_line("labeler (active labeler)", result.labeler))
+        self.stdout.write(self._login_line("labeler (screened, active)", result.labeler))
         self.stdout.write("")
 
     def _login_line(self, role: str, login: DemoLogin) -> str:

@@ -1,0 +1,117 @@
+"""Service: the demo campaign: CHAMP's data (``labeling.data.demo``), its gold, its answers graded.
+
+``labeling.data.demo`` loads the problems, every distinct conversation, the human
+first-wrong-step annotations not used as gold as labeled generation-0 work, and
+generation 0's open tasks. This module builds on it what that room may not import:
+the screening set and generation 0's QC items from the other annotations
+(``labeling.quality.gold``), and the product's grading of the final answers that are
+served or that the next generation's default pool holds (``answer_grading``), so
+starting a generation right after ``load_demo`` has labels to train on, a pool to
+score and graded wrong answers to select.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.db.models import Exists, OuterRef
+
+from activelearn.answer_grading import solutions_grade
+from activelearn.pipeline import GenerationConfig
+from labeling.data.demo import ROLE_SCREENING, UNIQUE_ID_PREFIX, DemoLoadResult, demo_load
+from labeling.models import Generation, Solution, Task
+from labeling.quality.gold import gold_from_first_errors, quality_control_set_create, screening_set_create
+
+GOLD_NOTE = "CHAMP first-wrong-step annotation"
+
+
+@dataclass(frozen=True)
+class DemoCampaignResult:
+    data: DemoLoadResult
+    gold_created: int
+    screening_items: int
+    quality_control_items: int
+    graded: int
+
+
+def demo_campaign_load(
+    *,
+    solutions_per_problem: int | None,
+    admin_password: str,
+    labeler_password: str,
+    reset_passwords: bool = False,
+    open_per_problem: int | None = None,
+    problems: int | None = None,
+    grade: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> DemoCampaignResult:
+    """Load the demo (one transaction with its gold), then grade; idempotent."""
+    options = {} if open_per_problem is None else {"open_per_problem": open_per_problem}
+    with transaction.atomic():
+        data = demo_load(
+            solutions_per_problem=solutions_per_problem,
+            admin_password=admin_password,
+            labeler_password=labeler_password,
+            reset_passwords=reset_passwords,
+            problems=problems,
+            progress=progress,
+            **options,
+        )
+        solutions, created = gold_from_first_errors(
+            items=[(g.solution_id, g.first_wrong) for g in data.gold], note=GOLD_NOTE
+        )
+        screening = [s for s, g in zip(solutions, data.gold, strict=True) if g.role == ROLE_SCREENING]
+        quality_control = [s for s, g in zip(solutions, data.gold, strict=True) if g.role != ROLE_SCREENING]
+        if screening:
+            screening_set_create(solutions=screening)
+        if quality_control:
+            generation = Generation.objects.get(number=data.generation_number)
+            quality_control_set_create(generation=generation, solutions=quality_control)
+        if progress is not None:
+            progress(
+                f"Gold: {len(screening)} screening items, {len(quality_control)} QC items of generation "
+                f"{data.generation_number} ({created} made gold by this run)"
+            )
+    graded = 0
+    if grade:
+        ids = demo_solutions_to_grade()
+        if ids:
+            if progress is not None:
+                progress(f"Grading {len(ids)} final answers against the reference answers...")
+            graded = solutions_grade(solution_ids=ids)
+    return DemoCampaignResult(
+        data=data,
+        gold_created=created,
+        screening_items=len(screening),
+        quality_control_items=len(quality_control),
+        graded=graded,
+    )
+
+
+def demo_solutions_to_grade() -> list[int]:
+    """Never-graded demo solutions that are served, or in the next generation's default pool.
+
+    The default pool is ``GenerationConfig().per_problem_cap`` never-served solutions
+    per problem, lowest ids first (``pipeline.pool_solution_ids``); solutions past it
+    are graded by the pipeline's grading step when a generation's pool reaches them.
+    """
+    cap = GenerationConfig().per_problem_cap
+    solutions = Solution.objects.filter(problem__unique_id__startswith=UNIQUE_ID_PREFIX, steps__isnull=False)
+    served = Exists(Task.objects.filter(solution_id=OuterRef("pk")))
+    never_graded = {"is_correct__isnull": True, "grading_note": ""}
+    ids = list(solutions.filter(served, **never_graded).values_list("pk", flat=True))
+    taken: dict[int, int] = {}
+    for solution_id, problem_id, note, correct in (
+        solutions.exclude(served)
+        .order_by("problem_id", "id")
+        .values_list("pk", "problem_id", "grading_note", "is_correct")
+    ):
+        count = taken.get(problem_id, 0)
+        if cap is not None and count >= cap:
+            continue
+        taken[problem_id] = count + 1
+        if correct is None and not note:
+            ids.append(solution_id)
+    return sorted(ids)
