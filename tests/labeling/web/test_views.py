@@ -353,7 +353,7 @@ def test_visiting_the_home_page_creates_no_labeler_row() -> None:
 def test_a_text_answer_is_shown_as_text_and_only_its_formula_as_math() -> None:
     client, assignment = _started(answer="The limit exists and is equal to 3")
     page = client.get(reverse("task", args=[assignment.pk])).content.decode()
-    assert '<span class="answer-text">The limit exists and is equal to</span>' in page
+    assert '<span class="answer-text"><bdi>The limit exists and is equal to</bdi></span>' in page
     assert '<span class="math">\\(3\\)</span>' in page
     assert "\\boxed{The limit" not in page
 
