@@ -46,6 +46,7 @@ REASON_BODY = {"reason": "no reason"}
 
 MATRIX: dict[str, Rule] = {
     "healthz": Rule("public"),
+    "favicon": Rule("public"),
     "admin-login": Rule("public"),
     "login": Rule("public"),
     "guide": Rule("public"),
