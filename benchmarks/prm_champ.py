@@ -570,9 +570,18 @@ def _learning_curve(args: argparse.Namespace, shares: list[float]) -> list[str]:
 
 
 def _write_docs(lines: list[str], args: argparse.Namespace) -> None:
-    command = "python benchmarks/prm_champ.py " + " ".join(
-        a for a in sys.argv[1:] if a != "--write-docs" and not a.startswith("--workdir")
-    )
+    # The command as run, less --write-docs and the machine-local --workdir (either spelling).
+    shown: list[str] = []
+    skip = False
+    for argument in sys.argv[1:]:
+        if skip or argument == "--write-docs" or argument.startswith("--workdir="):
+            skip = False
+            continue
+        if argument == "--workdir":
+            skip = True
+            continue
+        shown.append(argument)
+    command = "python benchmarks/prm_champ.py " + " ".join(shown)
     block = "\n".join([BEGIN, f"`{command.strip()}`", "", *lines, END])
     text = DOC.read_text()
     pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
