@@ -569,11 +569,11 @@ def _learning_curve(args: argparse.Namespace, shares: list[float]) -> list[str]:
     return lines
 
 
-def _write_docs(lines: list[str], args: argparse.Namespace) -> None:
-    # The command as run, less --write-docs and the machine-local --workdir (either spelling).
+def shown_command(argv: list[str]) -> str:
+    """The command as run, less --write-docs and the machine-local --workdir (either spelling)."""
     shown: list[str] = []
     skip = False
-    for argument in sys.argv[1:]:
+    for argument in argv:
         if skip or argument == "--write-docs" or argument.startswith("--workdir="):
             skip = False
             continue
@@ -581,8 +581,12 @@ def _write_docs(lines: list[str], args: argparse.Namespace) -> None:
             skip = True
             continue
         shown.append(argument)
-    command = "python benchmarks/prm_champ.py " + " ".join(shown)
-    block = "\n".join([BEGIN, f"`{command.strip()}`", "", *lines, END])
+    return " ".join(["python benchmarks/prm_champ.py", *shown])
+
+
+def _write_docs(lines: list[str], args: argparse.Namespace) -> None:
+    command = shown_command(sys.argv[1:])
+    block = "\n".join([BEGIN, f"`{command}`", "", *lines, END])
     text = DOC.read_text()
     pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
     DOC.write_text(pattern.sub(lambda _: block, text) if pattern.search(text) else f"{text.rstrip()}\n\n{block}\n")
