@@ -294,9 +294,25 @@ def table(results: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _evaluate(env: dict[str, str], split: str, sizes: list[int]) -> tuple[dict[str, Any], float]:
-    out, elapsed = _manage(env, "evaluate_prm", f"--split={split}", *[f"--n={n}" for n in sizes])
-    return json.loads(out), elapsed
+def _evaluate(env: dict[str, str], splits: list[str], sizes: list[int]) -> tuple[dict[str, dict[str, Any]], float]:
+    """``evaluate_prm`` of each split, run side by side: each one scores its labeled prefixes."""
+    started = time.monotonic()
+    command = [sys.executable, str(ROOT / "manage.py"), "evaluate_prm", *[f"--n={n}" for n in sizes]]
+    running = {
+        split: subprocess.Popen(
+            [*command, f"--split={split}"], env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for split in splits
+    }
+    results: dict[str, dict[str, Any]] = {}
+    for split, process in running.items():
+        out, err = process.communicate()
+        if process.returncode:
+            raise SystemExit(f"manage.py evaluate_prm --split={split} failed:\n{out}\n{err}")
+        results[split] = json.loads(out)
+    elapsed = time.monotonic() - started
+    print(f"  evaluate_prm {' '.join(splits)}: {elapsed:.0f}s wall (load {_load()})", file=sys.stderr)
+    return results, elapsed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -306,7 +322,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="split_problems seed")
     parser.add_argument("--validation", type=float, default=0.2)
     parser.add_argument("--test", type=float, default=0.2)
-    parser.add_argument("--pool", type=int, default=16, help="unlabeled conversations per test problem")
+    # 20, not 16: a conversation graded "no answer found" leaves the best-of-N pool, and a
+    # problem left with fewer than N candidates is skipped at that N.
+    parser.add_argument("--pool", type=int, default=20, help="unlabeled conversations per test problem")
     parser.add_argument(
         "--pool-numeric-only",
         action="store_true",
@@ -321,9 +339,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--curve-only", action="store_true", help="only the learning curve, on the database of a full run in --workdir"
     )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the database and newest checkpoint in --workdir: score what is unscored, grade, evaluate",
+    )
+    parser.add_argument(
+        "--skip-scoring",
+        action="store_true",
+        help="with --resume: evaluate with what is scored; evaluate_prm counts the unscored rest as left out",
+    )
     parser.add_argument("--write-docs", action="store_true", help=f"put the table in {DOC.relative_to(ROOT)}")
     args = parser.parse_args(argv)
     sizes = args.n or [1, 4, 16]
+    if args.skip_scoring and not args.resume:
+        parser.error("--skip-scoring needs --resume")
 
     workdir = args.workdir.resolve()
     if args.curve_only:
@@ -335,15 +365,17 @@ def main(argv: list[str] | None = None) -> int:
         (workdir / "curve.md").write_text("\n".join(lines) + "\n")
         return 0
     workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "db.sqlite3").unlink(missing_ok=True)
+    if not args.resume:
+        (workdir / "db.sqlite3").unlink(missing_ok=True)
     env = _env(workdir)
     print(f"CHAMP PRM benchmark in {workdir} (load {_load()})", file=sys.stderr)
-    _manage(env, "migrate", "--no-input")
-    _manage(env, "load_demo", "--solutions-per-problem=0")
-    _manage(
-        env, "split_problems", "--prefix=champ/", f"--seed={args.seed}", f"--validation={args.validation}",
-        f"--test={args.test}",
-    )  # fmt: skip
+    if not args.resume:
+        _manage(env, "migrate", "--no-input")
+        _manage(env, "load_demo", "--solutions-per-problem=0")
+        _manage(
+            env, "split_problems", "--prefix=champ/", f"--seed={args.seed}", f"--validation={args.validation}",
+            f"--test={args.test}",
+        )  # fmt: skip
     _django(env)
     from labeling.models import Problem
 
@@ -353,38 +385,52 @@ def main(argv: list[str] | None = None) -> int:
             "unique_id", "problem", "solution", "answer", "split"
         )
     }
-    records, labeled = champ_records(problems)
-    labels_file = workdir / "champ-labels.jsonl"
-    labels_file.write_text("".join(json.dumps(r) + "\n" for r in records))
-    _manage(env, "import_prm800k", str(labels_file))
     test_problems = {uid for uid, row in problems.items() if row["split"] == "test"}
-    numeric = {uid for uid in test_problems if _number(problems[uid]["answer"]) is not None}
-    pooled = numeric if args.pool_numeric_only else test_problems
-    pool_file = workdir / "champ-pool.jsonl"
-    pool_file.write_text(
-        "".join(json.dumps(r) + "\n" for r in champ_pool(pooled, labeled, args.pool, problems, records))
-    )
-    _manage(env, "import_solutions", str(pool_file))
+    from activelearn.models import PRMCheckpoint
 
-    train_args = [f"--{item.split('=', 1)[0].replace('_', '-')}={item.split('=', 1)[1]}" for item in args.train_option]
-    train_out, train_s = _manage(
-        env, "train_prm", f"--backbone={args.backbone}", "--split=train", "--validation-split=validation",
-        "--no-progress", *train_args,
-    )  # fmt: skip
-    _, score_s = _manage(env, "score_solutions", "--split=test", "--no-progress")
+    if args.resume:
+        # A run interrupted while scoring (or scored by hand, in parallel id ranges):
+        # its checkpoint and whatever it scored stay; only the unscored rest is scored.
+        resumed = PRMCheckpoint.objects.filter(status="ready").order_by("-id").first()
+        if resumed is None:
+            raise SystemExit(f"--resume: no ready checkpoint in {workdir / 'db.sqlite3'}")
+        train_out = "\n".join(f"epoch {e['epoch']}: val step AUROC {e['val_auroc']}" for e in resumed.metrics["epochs"])
+        train_s = float(resumed.duration_s or 0.0)
+    else:
+        records, labeled = champ_records(problems)
+        labels_file = workdir / "champ-labels.jsonl"
+        labels_file.write_text("".join(json.dumps(r) + "\n" for r in records))
+        _manage(env, "import_prm800k", str(labels_file))
+        numeric = {uid for uid in test_problems if _number(problems[uid]["answer"]) is not None}
+        pooled = numeric if args.pool_numeric_only else test_problems
+        pool_file = workdir / "champ-pool.jsonl"
+        pool_file.write_text(
+            "".join(json.dumps(r) + "\n" for r in champ_pool(pooled, labeled, args.pool, problems, records))
+        )
+        _manage(env, "import_solutions", str(pool_file))
+
+        train_args = [
+            f"--{item.split('=', 1)[0].replace('_', '-')}={item.split('=', 1)[1]}" for item in args.train_option
+        ]
+        train_out, train_s = _manage(
+            env, "train_prm", f"--backbone={args.backbone}", "--split=train", "--validation-split=validation",
+            "--no-progress", *train_args,
+        )  # fmt: skip
+    if args.resume and args.skip_scoring:
+        score_s = 0.0
+    else:
+        _, score_s = _manage(env, "score_solutions", "--split=test", "--unscored", "--no-progress")
     if args.grader == "product":
-        _, grade_s = _manage(env, "grade_solutions", "--no-progress")
+        # Resumed: what an earlier try graded (no answer found included) keeps its verdict.
+        resumed_only = ["--ungraded"] if args.resume else []
+        _, grade_s = _manage(env, "grade_solutions", "--split=test", *resumed_only, "--no-progress")
         grading = "product grader (`grade_solutions`)"
     else:
         started = time.monotonic()
         counts = grade_lenient_numeric("test")
         grade_s = time.monotonic() - started
         grading = f"lenient numeric grader, numeric-answer problems only ({json.dumps(counts)})"
-    results: dict[str, dict[str, Any]] = {}
-    results["validation"], _ = _evaluate(env, "validation", sizes)
-    results["test"], evaluate_s = _evaluate(env, "test", sizes)
-
-    from activelearn.models import PRMCheckpoint
+    results, evaluate_s = _evaluate(env, ["validation", "test"], sizes)
 
     checkpoint = PRMCheckpoint.objects.order_by("-id").first()
     assert checkpoint is not None
@@ -405,10 +451,20 @@ def main(argv: list[str] | None = None) -> int:
         "",
         *table(results),
         "",
-        f"Wall time on this machine (2 cores, shared): train_prm {train_s:.0f}s "
-        f"({CPU_SECONDS.get('train_prm', 0):.0f} CPU-s), score_solutions of the test pool {score_s:.0f}s "
-        f"({CPU_SECONDS.get('score_solutions', 0):.0f} CPU-s), grading {grade_s:.0f}s, evaluate_prm of the test "
-        f"split {evaluate_s:.0f}s; load average at the end {_load()}. Last epoch: {_last_epoch(train_out)}",
+        (
+            f"Wall time on this machine (2 cores, shared): train_prm {train_s:.0f}s (as the checkpoint recorded it), "
+            + (
+                "the rest of the pool left unscored (--skip-scoring; see the pool counts)"
+                if args.skip_scoring
+                else f"score_solutions of what was left unscored {score_s:.0f}s"
+            )
+            if args.resume
+            else f"Wall time on this machine (2 cores, shared): train_prm {train_s:.0f}s "
+            f"({CPU_SECONDS.get('train_prm', 0):.0f} CPU-s), score_solutions of the test pool {score_s:.0f}s "
+            f"({CPU_SECONDS.get('score_solutions', 0):.0f} CPU-s)"
+        )
+        + f", grading {grade_s:.0f}s, evaluate_prm of the validation and test splits side by side {evaluate_s:.0f}s; "
+        f"load average at the end {_load()}. Last epoch: {_last_epoch(train_out)}",
         *curve,
     ]
     print("\n".join(lines))
@@ -513,11 +569,24 @@ def _learning_curve(args: argparse.Namespace, shares: list[float]) -> list[str]:
     return lines
 
 
+def shown_command(argv: list[str]) -> str:
+    """The command as run, less --write-docs and the machine-local --workdir (either spelling)."""
+    shown: list[str] = []
+    skip = False
+    for argument in argv:
+        if skip or argument == "--write-docs" or argument.startswith("--workdir="):
+            skip = False
+            continue
+        if argument == "--workdir":
+            skip = True
+            continue
+        shown.append(argument)
+    return " ".join(["python benchmarks/prm_champ.py", *shown])
+
+
 def _write_docs(lines: list[str], args: argparse.Namespace) -> None:
-    command = "python benchmarks/prm_champ.py " + " ".join(
-        a for a in sys.argv[1:] if a != "--write-docs" and not a.startswith("--workdir")
-    )
-    block = "\n".join([BEGIN, f"`{command.strip()}`", "", *lines, END])
+    command = shown_command(sys.argv[1:])
+    block = "\n".join([BEGIN, f"`{command}`", "", *lines, END])
     text = DOC.read_text()
     pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
     DOC.write_text(pattern.sub(lambda _: block, text) if pattern.search(text) else f"{text.rstrip()}\n\n{block}\n")

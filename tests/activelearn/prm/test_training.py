@@ -113,14 +113,19 @@ def _with_whole_solutions(solutions: list[LabeledSolution]) -> list[LabeledSolut
 def test_every_epoch_reports_auroc_and_the_majority_baseline_and_validation_picks_threshold_and_aggregation(
     tmp_path,
 ):
-    train = keyword_solutions(96, seed=4)
+    # 99 training sequences in batches of 16 and 24 validation ones in batches of 16: both
+    # loaders end on a short batch (3 and 8), and validation runs at the end of a training epoch.
+    train = keyword_solutions(99, seed=4)
     validation = _with_whole_solutions(keyword_solutions(24, seed=5))
     reports: list[EpochReport] = []
-    result = train_prm(train, _config(tmp_path, num_epochs=2), validation=validation, on_epoch=reports.append)
+    config = _config(tmp_path, num_epochs=2, eval_batch_size=16)
+    result = train_prm(train, config, validation=validation, on_epoch=reports.append)
     assert [r.epoch for r in reports] == [1, 2] and reports[-1].step == result.optimizer_steps
     labels = [step.completions[0].rating for s in validation for step in s.steps]
     share = max(labels.count(1), labels.count(-1)) / len(labels)
     assert all(r.val_majority_accuracy == pytest.approx(share) for r in reports)
+    # Every labeled validation step counts, also when the last batch is a short one.
+    assert all(r.val_labeled_steps == len(labels) for r in reports)
     assert reports[-1].val_auroc is not None and reports[-1].val_auroc > 0.9
     assert result.epochs == [dataclasses.asdict(r) for r in reports]
     assert result.calibration is not None
