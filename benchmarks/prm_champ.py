@@ -99,28 +99,13 @@ def _django(env: dict[str, str]) -> None:
     django.setup()
 
 
-def _step_spans(text: str, steps: list[str]) -> list[tuple[int, int]]:
-    """Character span of each step in the reply it was split from (steps are stripped lines)."""
-    spans: list[tuple[int, int]] = []
-    cursor = 0
-    for step in steps:
-        first, last = step.split("\n", 1)[0], step.rsplit("\n", 1)[-1]
-        start = text.find(first, cursor)
-        start = cursor if start < 0 else start
-        end = text.find(last, start)
-        end = start + len(first) if end < 0 else end + len(last)
-        spans.append((start, end))
-        cursor = end
-    return spans
-
-
 def champ_records(problems: dict[str, Any]) -> tuple[list[dict[str, Any]], set[tuple[str, str]]]:
     """PRM800K records of CHAMP's first-wrong-step annotations, and their (problem, conversation) keys."""
     import champ_dataset
 
     from activelearn.grading import extract_final_answer
     from activelearn.stepgen.splitting import split_steps
-    from labeling.data.demo import UNIQUE_ID_PREFIX
+    from labeling.data.demo import UNIQUE_ID_PREFIX, first_wrong_step
 
     dataset = champ_dataset.load("v0")
     records: list[dict[str, Any]] = []
@@ -133,10 +118,7 @@ def champ_records(problems: dict[str, Any]) -> tuple[list[dict[str, Any]], set[t
             steps = split_steps(annotation.text)
             if not steps:
                 continue
-            wrong: int | None = None
-            if annotation.start_idx is not None:
-                spans = _step_spans(annotation.text, steps)
-                wrong = next((i for i, (_, end) in enumerate(spans) if annotation.start_idx < end), len(steps) - 1)
+            wrong = first_wrong_step(annotation.text, steps, annotation.start_idx)
             label_steps = []
             for index, text in enumerate(steps):
                 bad = index == wrong

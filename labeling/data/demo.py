@@ -637,36 +637,40 @@ def _demo_labeled_work(
     assignment_ids = dict(
         Assignment.objects.filter(labeler=annotator, task_id__in=task_ids.values()).values_list("task_id", "pk")
     )
-    steps: list[LabeledStep] = []
+    # (assignment, step index, text, is the first wrong step): each labeled step once,
+    # for its LabeledStep row and then its rating.
+    labeled: list[tuple[int, int, str, bool]] = []
     for key in keys:
         annotation = annotated[key][1]
         assignment_id = assignment_ids[task_ids[by_conversation[key]]]
         last = len(annotation.steps) - 1 if annotation.first_wrong is None else annotation.first_wrong
-        for index in range(last + 1):
-            bad = index == annotation.first_wrong
-            steps.append(LabeledStep(assignment_id=assignment_id, index=index, chosen_completion=None if bad else 0))
-    LabeledStep.objects.bulk_create(steps, batch_size=1000)
+        labeled.extend(
+            (assignment_id, index, annotation.steps[index], index == annotation.first_wrong)
+            for index in range(last + 1)
+        )
+    LabeledStep.objects.bulk_create(
+        [
+            LabeledStep(assignment_id=assignment_id, index=index, chosen_completion=None if bad else 0)
+            for assignment_id, index, _, bad in labeled
+        ],
+        batch_size=1000,
+    )
     step_ids = {
         (assignment_id, index): pk
         for pk, assignment_id, index in LabeledStep.objects.filter(
             assignment_id__in=assignment_ids.values()
         ).values_list("pk", "assignment_id", "index")
     }
-    ratings: list[StepRating] = []
-    for key in keys:
-        annotation = annotated[key][1]
-        assignment_id = assignment_ids[task_ids[by_conversation[key]]]
-        last = len(annotation.steps) - 1 if annotation.first_wrong is None else annotation.first_wrong
-        for index in range(last + 1):
-            ratings.append(
-                StepRating(
-                    step_id=step_ids[(assignment_id, index)],
-                    completion_index=0,
-                    text=annotation.steps[index],
-                    rating=-1 if index == annotation.first_wrong else 1,
-                    updated_at=now,
-                )
-            )
+    ratings = [
+        StepRating(
+            step_id=step_ids[(assignment_id, index)],
+            completion_index=0,
+            text=text,
+            rating=-1 if bad else 1,
+            updated_at=now,
+        )
+        for assignment_id, index, text, bad in labeled
+    ]
     StepRating.objects.bulk_create(ratings, batch_size=1000)
     # Frozen as a submission freezes it, so exports stream these like any other record.
     frozen = label_steps_for(list(assignment_ids.values()))
