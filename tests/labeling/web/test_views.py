@@ -204,20 +204,49 @@ def test_it_rates_in_a_fixed_number_of_queries(django_assert_num_queries):
         _rate(client, a, 1, 0, 3, **HX)
 
 
-def test_it_hands_out_the_next_task_in_a_bounded_number_of_queries(django_assert_max_num_queries):
+class _Draw:
+    """The queue's QC draw, fixed: ``random()`` always returns ``value``."""
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def random(self) -> float:
+        return self.value
+
+    def choice(self, seq):  # type: ignore[no-untyped-def]
+        return seq[0]
+
+
+# With probability QC_RATE a hand-out looks for an unseen QC item (one more
+# statement). The draw is fixed here, both ways, so the count is the same in
+# every run.
+QC_DRAWS = [pytest.param(0.99, 0, id="no-qc-draw"), pytest.param(0.0, 1, id="qc-draw")]
+
+
+@pytest.mark.parametrize(("draw", "qc_lookups"), QC_DRAWS)
+def test_it_hands_out_the_next_task_in_a_bounded_number_of_queries(
+    django_assert_max_num_queries, monkeypatch, draw, qc_lookups
+):
+    monkeypatch.setattr("labeling.work.queue._RNG", _Draw(draw))
     make_task(generation=make_generation())
     client = _client(make_labeler())
     # session, user, labeler; the transaction (a savepoint and its release
     # here): the labeler's lock with their current
     # lease, the QC window, open generations, candidate (locked), its places
-    # with its solution and problem, the new assignment. A bound, not an exact
-    # count: the queue's QC rules are growing. (Before: at most 14.)
-    with django_assert_max_num_queries(11):
+    # with its solution and problem, (on a QC draw: the unseen QC items,
+    # none here), the new assignment. A bound, not an exact count: the
+    # queue's QC rules are growing. (Before: at most 14.)
+    with django_assert_max_num_queries(11 + qc_lookups):
         assert client.post(reverse("next-task")).status_code == 302
+    assert Assignment.objects.filter(status=AssignmentStatus.IN_PROGRESS).count() == 1
 
 
-def test_it_submits_and_hands_out_the_next_task_in_a_bounded_number_of_queries(django_assert_max_num_queries):
+@pytest.mark.parametrize(("draw", "qc_lookups"), QC_DRAWS)
+def test_it_submits_and_hands_out_the_next_task_in_a_bounded_number_of_queries(
+    django_assert_max_num_queries, monkeypatch, draw, qc_lookups
+):
     client, a = _started()
+    monkeypatch.setattr("labeling.work.queue._RNG", _Draw(draw))
     make_task(generation=a.task.generation)
     _rate(client, a, 0, -1, 1, **HX)
     # session, user, labeler (read once); one transaction (a savepoint and
@@ -228,7 +257,7 @@ def test_it_submits_and_hands_out_the_next_task_in_a_bounded_number_of_queries(d
     # with its solution and problem, the lease). The new task has no ratings
     # to read. A bound: the queue's QC rules are growing. (Before: at most
     # 21, in two transactions, plus a health-check ping.)
-    with django_assert_max_num_queries(16) as captured:
+    with django_assert_max_num_queries(16 + qc_lookups) as captured:
         response = client.post(reverse("submit", args=[a.pk]), **HX)
     assert response.status_code == 200
     statements = [q["sql"] for q in captured.captured_queries]
