@@ -33,6 +33,7 @@
   var hold = "";        // phase 2: why keys are not taken right now ("" when they are)
   var reloadAfterAck = false;
   var loading = false;  // the stored state is being loaded into the panel
+  var afterSaved = null; // phase 2: what was asked for (submit, give up, report) while presses were unsaved
 
   // What the browser tests (and anyone curious) can ask: is anything unsaved?
   window.pressQueue = { busy: function () { return loading || !!(queue && queue.busy()); } };
@@ -92,6 +93,7 @@
     queue = null;
     reloadAfterAck = false;
     hold = "";
+    afterSaved = null;
     if (!p || !st) return;
     var v = parseInt(st.getAttribute("data-version") || "0", 10);
     var url = st.getAttribute("data-presses");
@@ -199,13 +201,34 @@
     if (item.rating !== undefined) setCursor(nextCurrent());
   }
 
+  // Submitting, giving up or reporting while presses are unsaved would close
+  // the task under them. The request waits for them instead: it is made once
+  // every press is stored, on the state that was shown when it was asked for,
+  // and it is dropped (and said to be) if a press is refused or the stored
+  // state has to be reloaded first: then the labeler sees it and asks again.
+  function whenSaved(action) {
+    afterSaved = action;
+    flash("Saving your last ratings first; then your request is sent.");
+  }
+
+  function dropAfterSaved() {
+    if (!afterSaved) return "";
+    afterSaved = null;
+    return "Your request (submit, give up or report) was not sent; look at the task and ask again. ";
+  }
+
   function acked(done, answer, remaining) {
     done.forEach(function (p) {
       var form = document.getElementById(p.form);
       if (form) markPending(form, -1);
     });
     if (remaining) return;
-    if (reloadAfterAck || answer.reshaped) { reloadPanel(); return; }
+    if (reloadAfterAck || answer.reshaped) {
+      var dropped = dropAfterSaved();
+      reloadPanel();
+      if (dropped) flash(dropped);
+      return;
+    }
     var box = document.getElementById("finish-box");
     if (box && typeof answer.finish_box === "string") {
       box.outerHTML = answer.finish_box;
@@ -213,6 +236,9 @@
       if (box && window.htmx) window.htmx.process(box);
       if (box && box.querySelector("[hx-trigger]")) hold = "Wait a moment: other candidates for this step are being generated.";
     }
+    var action = afterSaved;
+    afterSaved = null;
+    if (action) { flash(""); action(); }
   }
 
   function refusedPresses(dropped, answer, status) {
@@ -224,7 +250,7 @@
     else if (answer && answer.error) why = answer.error + " ";
     else why = status ? "The server could not save that (" + status + "). " : "The connection to the server was lost. ";
     hold = "Loading what is stored.";
-    flash(why + lost + "Here is what is stored.");
+    flash(why + lost + dropAfterSaved() + "Here is what is stored.");
     reloadPanel();
   }
 
@@ -268,7 +294,7 @@
       flash("Enter submits once the submit box is shown: after every step is rated, or after the step you rated -1 and its candidates.");
       return;
     }
-    if (queue && queue.busy()) { flash("Your last ratings are still being saved; press Enter again in a moment."); return; }
+    if (queue && queue.busy()) { whenSaved(submit); return; }
     if (queue && hold) { flash(hold); return; }
     if (queue) hold = "Submitting.";
     post(finish);
@@ -328,7 +354,12 @@
     var posting = queue && e.detail.requestConfig && e.detail.requestConfig.verb === "post";
     if (posting && queue.busy()) {
       e.preventDefault();
-      flash("Your last ratings are still being saved; try again in a moment.");
+      var source = e.detail.elt;
+      whenSaved(function () {
+        // The same form, submitted again once the presses are stored (htmx
+        // handles its submit event as it did the first time).
+        if (source && source.isConnected && source.requestSubmit) source.requestSubmit();
+      });
       return;
     }
     inflight += 1;

@@ -27,7 +27,7 @@ import pytest
 from django.core.handlers.base import BaseHandler
 from django.db.models import F
 
-from labeling.models import Assignment, AssignmentStatus, LabeledStep, StepRating
+from labeling.models import Assignment, AssignmentStatus, FinishReason, LabeledStep, StepRating
 from tests.labeling.workflow_factories import make_generation, make_labeler, make_task
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -396,3 +396,69 @@ def test_a_press_is_pending_until_stored_and_taken_back_when_it_is_not(live_serv
     assert page.locator("#c-1-0 .rate.on").count() == 0
     assert page.locator("#c-0-0 .rate.good.on").count() == 1
     assert _stored(assignment) == {0: (1, False)}
+
+
+def test_submit_and_give_up_asked_for_while_presses_are_unsaved_wait_for_them(live_server: Any, page: Any) -> None:
+    first = _open_task(live_server, page, ["One.", "Two."])
+    second_task = make_task(generation=first.task.generation, steps=["Alpha.", "Beta."])
+    third_task = make_task(generation=first.task.generation, steps=["Gamma.", "Delta."])
+    held: list[Any] = []
+    page.route("**/presses/", lambda route: held.append(route))
+
+    # Enter right after the last key: the submit waits for the press, then goes.
+    for key in ("3", "3"):
+        page.keyboard.press(key)
+        while not held:
+            page.wait_for_timeout(20)
+        held.pop().continue_()
+        _wait_idle(page)
+    page.wait_for_selector("#finish")
+    page.keyboard.press("f")  # unsaved: held below
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#flash:not([hidden])")
+    assert "Saving your last ratings first" in page.inner_text("#flash")
+    first.refresh_from_db()
+    assert first.status == AssignmentStatus.IN_PROGRESS
+    while not held:
+        page.wait_for_timeout(20)
+    held.pop().continue_()
+    page.wait_for_selector(f"#task[data-assignment]:not([data-assignment='{first.pk}'])")
+    first.refresh_from_db()
+    assert first.status == AssignmentStatus.SUBMITTED
+    assert _stored(first) == {0: (1, False), 1: (1, True)}
+
+    # Give up with the mouse while a key is unsaved: the press is stored, then the give-up is made.
+    second = Assignment.objects.get(task=second_task)
+    page.wait_for_selector("#c-0-0.cursor")
+    page.keyboard.press("2")
+    page.click("text=Give up on this solution")
+    page.fill("textarea[name=reason]", "Too long for me")
+    page.click("text=Give up and get the next task")
+    page.wait_for_selector("#flash:not([hidden])")
+    second.refresh_from_db()
+    assert second.status == AssignmentStatus.IN_PROGRESS
+    while not held:
+        page.wait_for_timeout(20)
+    held.pop().continue_()
+    page.wait_for_selector(f"#task[data-assignment]:not([data-assignment='{second.pk}'])")
+    second.refresh_from_db()
+    assert second.status == AssignmentStatus.SUBMITTED
+    assert second.finish_reason == FinishReason.GIVE_UP
+    assert _stored(second) == {0: (0, False)}
+
+    # A press the server refuses: the give-up waiting for it is not made, and the page says so.
+    third = Assignment.objects.get(task=third_task)
+    page.wait_for_selector("#c-0-0.cursor")
+    page.keyboard.press("3")
+    page.click("text=Give up on this solution")
+    page.fill("textarea[name=reason]", "Too long for me")
+    page.click("text=Give up and get the next task")
+    while not held:
+        page.wait_for_timeout(20)
+    held.pop().fulfill(status=500, body="boom")
+    page.wait_for_selector("text=was not sent")
+    _wait_idle(page)
+    third.refresh_from_db()
+    assert third.status == AssignmentStatus.IN_PROGRESS
+    assert _stored(third) == {}
+    assert page.js_errors == []
