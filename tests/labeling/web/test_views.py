@@ -213,7 +213,7 @@ class _Draw:
     def random(self) -> float:
         return self.value
 
-    def choice(self, seq):  # type: ignore[no-untyped-def]
+    def choice(self, seq):
         return seq[0]
 
 
