@@ -263,9 +263,7 @@ LOGIN_DEVICE_COOKIE_AGE_S = envint("LOGIN_DEVICE_COOKIE_AGE_S", 180 * 24 * 3600,
 # migrate steps run; the test runner creates it itself).
 CACHE_URL = envstr("CACHE_URL", "")
 if CACHE_URL.startswith(("redis://", "rediss://", "unix://")):
-    CACHES: dict[str, dict[str, Any]] = {
-        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}
-    }
+    CACHES: dict[str, dict[str, Any]] = {"default": {"BACKEND": "annotate.cache.RedisCache", "LOCATION": CACHE_URL}}
 elif CACHE_URL in ("", "db://"):
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.db.DatabaseCache", "LOCATION": "annotate_cache"}}
 elif CACHE_URL == "locmem://":

@@ -39,7 +39,7 @@ def _redis_url() -> str:
 @pytest.fixture
 def redis_sessions() -> Iterator[redis.Redis]:
     url = _redis_url()
-    caches = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": url}}
+    caches = {"default": {"BACKEND": "annotate.cache.RedisCache", "LOCATION": url}}
     client = redis.Redis.from_url(url)
     client.flushdb()
     with override_settings(CACHES=caches, SESSION_ENGINE=ENGINE):
@@ -74,7 +74,7 @@ def test_a_redis_that_comes_back_empty_signs_nobody_out(redis_sessions: redis.Re
 def test_an_unreachable_redis_falls_back_to_the_database(redis_sessions: redis.Redis) -> None:
     client = _signed_in()
     # Port 1 on loopback: nothing listens, the connection is refused at once.
-    gone = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": "redis://127.0.0.1:1/0"}}
+    gone = {"default": {"BACKEND": "annotate.cache.RedisCache", "LOCATION": "redis://127.0.0.1:1/0"}}
     with override_settings(CACHES=gone):
         response = client.get(reverse("home"))
     assert response.status_code == 200
