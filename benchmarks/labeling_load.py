@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import json
 import multiprocessing
 import os
 import random
@@ -254,9 +255,19 @@ def start_server(args: argparse.Namespace, env: dict[str, str], app: str = "prod
 
 
 # --- simulated labelers ------------------------------------------------------
+_STATE_VERSION = re.compile(r'id="task-state"[^>]*\bdata-version="(\d+)"')
+
+
+def _state_version(page: str) -> int:
+    """The state version a task page (or panel) shows: what the page's key presses are aimed at."""
+    match = _STATE_VERSION.search(page)
+    return int(match.group(1)) if match else 0
+
+
 class Labeler:
     def __init__(self, port: int, cookies: dict[str, str], stats: dict[str, list[float]], lock: threading.Lock,
-                 costs: dict[str, list[list[int]]] | None = None) -> None:  # fmt: skip
+                 costs: dict[str, list[list[int]]] | None = None, rate_via: str = "presses") -> None:  # fmt: skip
+        self.rate_via = rate_via
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         self.cookies, self.stats, self.lock = dict(cookies), stats, lock
         self.costs = costs if costs is not None else defaultdict(list)
@@ -266,12 +277,17 @@ class Labeler:
         self.http_errors = 0
 
     def request(self, label: str, method: str, path: str, body: dict[str, Any] | None = None,
-                htmx: bool = False) -> tuple[int, dict[str, str], str]:  # fmt: skip
+                htmx: bool = False, as_json: bool = False) -> tuple[int, dict[str, str], str]:  # fmt: skip
         headers = {"Cookie": "; ".join(f"{k}={v}" for k, v in self.cookies.items())}
         data = None
         if body is not None:
-            data = urllib.parse.urlencode(body)
-            headers["Content-Type"] = "application/x-www-form-urlencoded"
+            if as_json:
+                data = json.dumps(body)
+                headers["Content-Type"] = "application/json"
+                headers["Accept"] = "application/json"
+            else:
+                data = urllib.parse.urlencode(body)
+                headers["Content-Type"] = "application/x-www-form-urlencoded"
             headers["X-CSRFToken"] = self.cookies.get("csrftoken", "")
             headers["Referer"] = "http://127.0.0.1/"
         if htmx:
@@ -317,9 +333,10 @@ class Labeler:
             return
         # The browser follows the redirect to the task page once; after that,
         # finishing a task answers with the next one's panel (htmx swaps it in).
-        status, _, _page = self.request("task_page", "GET", f"/assignments/{assignment}/")
+        status, _, page = self.request("task_page", "GET", f"/assignments/{assignment}/")
         if status != 200:
             return
+        version = _state_version(page)
         while assignment is not None and time.monotonic() < deadline:
             for i in range(n_steps):
                 if time.monotonic() >= deadline:
@@ -327,19 +344,33 @@ class Labeler:
                 if think:
                     time.sleep(random.uniform(*think))
                 rating = -1 if random.random() < 0.15 else random.choice([0, 1, 1, 1])
-                status, _, _ = self.request(
-                    "rate", "POST", f"/assignments/{assignment}/steps/{i}/0/",
-                    {"rating": "", "set_rating": rating, "flagged": "0", "version": i + 1}, htmx=True,
-                )  # fmt: skip
+                if self.rate_via == "presses":
+                    # What the browser sends (static/js/press-queue.js): a batch
+                    # of one press aimed at the state version shown.
+                    status, _, text = self.request(
+                        "rate", "POST", f"/assignments/{assignment}/presses/",
+                        {"presses": [{"step": i, "completion": 0, "version": version, "rating": rating}]},
+                        as_json=True,
+                    )  # fmt: skip
+                    if status == 200:
+                        version = int(json.loads(text)["version"])
+                else:
+                    status, _, _ = self.request(
+                        "rate", "POST", f"/assignments/{assignment}/steps/{i}/0/",
+                        {"rating": "", "set_rating": rating, "flagged": "0", "version": i + 1}, htmx=True,
+                    )  # fmt: skip
                 if status == 200:
                     self.acked += 1
                 if rating == -1:
                     break
             if think:
                 time.sleep(random.uniform(*think))
-            status, _, text = self.request("submit+next", "POST", f"/assignments/{assignment}/submit/", {}, htmx=True)
+            status, _, text = self.request(
+                "submit+next", "POST", f"/assignments/{assignment}/submit/", {"version": version}, htmx=True
+            )
             match = re.search(r'data-assignment="(\d+)"', text)
             assignment = int(match.group(1)) if match else None
+            version = _state_version(text)
 
 
 def drive(
@@ -351,6 +382,7 @@ def drive(
     spawn_rate: float,
     out: Any,
     sign_in: bool = True,
+    rate_via: str = "presses",
 ) -> None:
     """Runs in its own process: one thread per labeler."""
     stats: dict[str, list[float]] = defaultdict(list)
@@ -361,7 +393,7 @@ def drive(
         probe = Labeler(port, {}, stats, lock)
         for i in range(3):
             probe.sign_in(f"bench{i}")
-    labelers = [Labeler(port, cookies, stats, lock, costs) for cookies in sessions]
+    labelers = [Labeler(port, cookies, stats, lock, costs, rate_via) for cookies in sessions]
     deadline = time.monotonic() + duration
     threads = [
         threading.Thread(target=lab.run, args=(deadline, think, n_steps, i / spawn_rate if spawn_rate else 0.0),
@@ -463,7 +495,7 @@ def run_load(args: argparse.Namespace, labelers: int, duration: float, think: tu
     port = args.port if app == "product" else args.port + 1
     process = multiprocessing.Process(
         target=drive,
-        args=(port, sessions, duration, think, args.steps, args.spawn_rate, send, app == "product"),
+        args=(port, sessions, duration, think, args.steps, args.spawn_rate, send, app == "product", args.rate_via),
     )
     load_before = os.getloadavg()
     with CpuMeter(args.server_pids[app], args.database_url, f"bench-{app}") as meter:
@@ -638,6 +670,10 @@ def main() -> None:
         help="threads per worker (threads of one process queue on the GIL after every query)",
     )  # fmt: skip
     parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument(
+        "--rate-via", choices=["presses", "form"], default="presses",
+        help="presses: the JSON key-press batches the browser sends (one press each); form: the no-JS form post",
+    )  # fmt: skip
     parser.add_argument(
         "--spawn-rate", type=float, default=10.0,
         help="labelers starting per second (as Locust's -r); 0 starts all at once",

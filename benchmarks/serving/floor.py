@@ -20,7 +20,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import path
 from django.utils import timezone
 
@@ -55,6 +55,19 @@ RATE = f"""
     SELECT (SELECT count(*) FROM a), (SELECT count(*) FROM r)
 """
 
+# A key press (static/js/press-queue.js): RATE, applied only to the state
+# version the page showed, and that version moved on by one; one statement.
+PRESS = (
+    RATE.replace(
+        "AND a.lease_expires_at > %(now)s AND a.labeler_id",
+        "AND a.version = %(v)s AND a.lease_expires_at > %(now)s AND a.labeler_id",
+    )
+    .replace("lease_expires_at = %(lease)s\n", "lease_expires_at = %(lease)s, version = a.version + 1\n")
+    .replace("%(rating)s, NULL, %(v)s, %(now)s", "%(rating)s, NULL, %(v)s + 1, %(now)s")
+)
+assert PRESS.count("%(v)s + 1") == 1
+assert PRESS != RATE and "version = a.version + 1" in PRESS
+
 # Submit: the frozen label, the finish reason, and the task closed when it
 # has all its labelers (this statement's own submission counted by hand: the
 # CTE's update is not visible to the rest of the statement).
@@ -85,16 +98,16 @@ FINISH = f"""
 LEASE = """
     WITH n AS (
         INSERT INTO labeling_assignment (task_id, labeler_id, status, started_at, last_activity_at, lease_expires_at,
-            total_time_ms, finish_reason_text, ratings_reset_version)
-        VALUES (%(task)s, %(labeler)s, 'in_progress', %(now)s, %(now)s, %(lease)s, 0, '', 0)
-        RETURNING id, task_id
+            total_time_ms, finish_reason_text, ratings_reset_version, version)
+        VALUES (%(task)s, %(labeler)s, 'in_progress', %(now)s, %(now)s, %(lease)s, 0, '', 0, 0)
+        RETURNING id, task_id, version
     )
-    SELECT n.id, s.steps, p.problem FROM n JOIN labeling_task t ON t.id = n.task_id
+    SELECT n.id, s.steps, p.problem, n.version FROM n JOIN labeling_task t ON t.id = n.task_id
     JOIN labeling_solution s ON s.id = t.solution_id JOIN labeling_problem p ON p.id = s.problem_id
 """
 
 CURRENT = f"""
-    SELECT a.id, s.steps, p.problem FROM labeling_assignment a JOIN labeling_task t ON t.id = a.task_id
+    SELECT a.id, s.steps, p.problem, a.version FROM labeling_assignment a JOIN labeling_task t ON t.id = a.task_id
     JOIN labeling_solution s ON s.id = t.solution_id JOIN labeling_problem p ON p.id = s.problem_id
     WHERE a.labeler_id = {OWNER} AND a.status = 'in_progress'
 """
@@ -112,17 +125,20 @@ def _params(request: HttpRequest, **extra: Any) -> dict[str, Any] | None:
     }  # fmt: skip
 
 
-def _panel(assignment: int, steps: Any, problem: str) -> str:
+def _panel(assignment: int, steps: Any, problem: str, version: int) -> str:
     rows = "".join(
         f'<li id="step-{i}"><span>{html.escape(text)}</span>'
         f'<button name="set_rating" value="1">+1</button><button name="set_rating" value="0">0</button>'
         f'<button name="set_rating" value="-1">-1</button></li>'
         for i, text in enumerate(json.loads(steps) if isinstance(steps, str) else steps)
     )
-    return f'<div id="task-panel" data-assignment="{assignment}"><p>{html.escape(problem)}</p><ol>{rows}</ol></div>'
+    return (
+        f'<div id="task-panel" data-assignment="{assignment}"><div id="task-state" hidden data-version="{version}">'
+        f"</div><p>{html.escape(problem)}</p><ol>{rows}</ol></div>"
+    )
 
 
-def _lease_next(cursor: Any, params: dict[str, Any], labeler: int) -> tuple[int, Any, str] | None:
+def _lease_next(cursor: Any, params: dict[str, Any], labeler: int) -> tuple[int, Any, str, int] | None:
     cursor.execute(
         TASK_CANDIDATE.format(tried="", lock=" FOR UPDATE OF t SKIP LOCKED"),
         [params["generation"], "open", "normal", "submitted", "in_progress", params["now"], labeler],
@@ -132,7 +148,7 @@ def _lease_next(cursor: Any, params: dict[str, Any], labeler: int) -> tuple[int,
         return None
     cursor.execute(LEASE, {**params, "task": found[0], "labeler": labeler})
     row = cursor.fetchone()
-    return (int(row[0]), row[1], str(row[2])) if row else None
+    return (int(row[0]), row[1], str(row[2]), int(row[3])) if row else None
 
 
 def _generation() -> int:
@@ -175,7 +191,8 @@ def task(request: HttpRequest, pk: int) -> HttpResponse:
         row = cursor.fetchone()
     if row is None:
         return HttpResponse(status=404)
-    return HttpResponse(f"<!doctype html><html><body>{_panel(int(row[0]), row[1], str(row[2]))}</body></html>")
+    panel = _panel(int(row[0]), row[1], str(row[2]), int(row[3]))
+    return HttpResponse(f"<!doctype html><html><body>{panel}</body></html>")
 
 
 def rate(request: HttpRequest, pk: int, step: int, completion: int) -> HttpResponse:
@@ -192,6 +209,22 @@ def rate(request: HttpRequest, pk: int, step: int, completion: int) -> HttpRespo
     response["HX-Reswap"] = "none"
     response["X-Rating-Version"] = f"{pk}:{params['v'] if written else 0}"
     return response
+
+
+def presses(request: HttpRequest, pk: int) -> HttpResponse:
+    batch = json.loads(request.body)["presses"]
+    if len(batch) != 1:
+        return HttpResponse(status=400)  # the benchmark sends one press per batch
+    press = batch[0]
+    params = _params(request, a=pk, i=int(press["step"]), rating=press.get("rating"), v=int(press["version"]))
+    if params is None:
+        return HttpResponse(status=403)
+    with connection.cursor() as cursor:
+        cursor.execute(PRESS, params)
+        owned, _written = cursor.fetchone()
+    if not owned:
+        return JsonResponse({"applied": 0, "refused": "stale"}, status=409)
+    return JsonResponse({"applied": 1, "refused": None, "version": params["v"] + 1})
 
 
 def submit(request: HttpRequest, pk: int) -> HttpResponse:
@@ -221,5 +254,6 @@ urlpatterns = [
     path("next/", next_task),
     path("assignments/<int:pk>/", task),
     path("assignments/<int:pk>/steps/<int:step>/<int:completion>/", rate),
+    path("assignments/<int:pk>/presses/", presses),
     path("assignments/<int:pk>/submit/", submit),
 ]
