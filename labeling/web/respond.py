@@ -8,10 +8,14 @@ can drop an answer older than one it already has.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from django.contrib import messages
 from django.contrib.auth.models import User
 from django.http import Http404, HttpRequest, HttpResponse
+from django.middleware.csrf import get_token
 from django.shortcuts import redirect, render
+from django.template.loader import get_template
 from django.urls import reverse
 from django.utils.cache import patch_cache_control
 from django_htmx.http import push_url
@@ -44,6 +48,30 @@ def _fragment(request: HttpRequest) -> bool:
     # htmx restoring a page it did not keep (Back) asks for the whole page.
     details: HtmxDetails | None = getattr(request, "htmx", None)
     return bool(details) and not (details and details.history_restore_request)
+
+
+def fragment(request: HttpRequest, template_name: str, context: Mapping[str, object]) -> str:
+    """A partial of a labeler template (``task.html#finish-box``), rendered without the context processors.
+
+    The fragments use nothing the processors add (user, messages, request),
+    only their forms' CSRF token, given here; running the processors cost
+    more than rendering a small fragment itself (docs/benchmarks.md). Whole
+    pages keep ``render``: base.html shows the user and the messages.
+    """
+    return get_template(template_name).render({**context, "csrf_token": get_token(request)})
+
+
+# The submit box when it has nothing to show (labeling still under way): what
+# task.html#finish-box renders then, without rendering it on every key press.
+# tests/labeling/web/test_fragments.py keeps the two equal.
+EMPTY_FINISH_BOX = '<div id="finish-box"></div>'
+
+
+def finish_box(request: HttpRequest, screen: TaskScreen) -> str:
+    """The submit box for the screen's state, as the key-press answer carries it (static/js/app.js swaps it in)."""
+    if not screen.ready_reason and not screen.progress.stopped_at_error:
+        return EMPTY_FINISH_BOX
+    return fragment(request, "labeling/task.html#finish-box", {"screen": screen})
 
 
 def labeler_of(request: LabelerRequest) -> Labeler:
@@ -80,9 +108,11 @@ def task_response(
     else:
         pending = assignment is not None and alternatives_generated_attach(assignment=assignment)
         screen = task_screen(assignment=assignment) if assignment is not None else None
-    template = "labeling/task.html#task-panel" if _fragment(request) else "labeling/task.html"
     context = {"screen": screen, "alternatives_pending": pending, **extra}
-    response = render(request, template, context, status=status)
+    if _fragment(request):
+        response = HttpResponse(fragment(request, "labeling/task.html#task-panel", context), status=status)
+    else:
+        response = render(request, "labeling/task.html", context, status=status)
     if screen is not None:
         response[VERSION_HEADER] = f"{screen.assignment.pk}:{screen.version}"
     return _not_kept(response)

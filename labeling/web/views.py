@@ -12,7 +12,6 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
-from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
@@ -24,6 +23,8 @@ from labeling.web.forms import PressesInvalid, RateForm, ReasonForm, presses_fro
 from labeling.web.respond import (
     VERSION_HEADER,
     LabelerRequest,
+    finish_box,
+    fragment,
     is_htmx,
     labeler_of,
     next_after_finish,
@@ -126,7 +127,7 @@ def rate(request: LabelerRequest, pk: int, step: int, completion: int) -> HttpRe
         "rated": screen.completion(step, completion),
         "revealed": screen.rows[shown_before + 1 :],
     }
-    response = render(request, "labeling/task.html#rated", context)
+    response = HttpResponse(fragment(request, "labeling/task.html#rated", context))
     response["HX-Reswap"] = "none"
     response[VERSION_HEADER] = f"{assignment.pk}:{screen.version}"
     return response
@@ -163,7 +164,7 @@ def presses(request: LabelerRequest, pk: int) -> HttpResponse:
         "version": screen.version,
         "reshaped": outcome.reshaped,
         "current": screen.current_key,
-        "finish_box": render_to_string("labeling/task.html#finish-box", {"screen": screen}, request=request),
+        "finish_box": finish_box(request, screen),
     }
     return JsonResponse(body, status=409 if outcome.refusal else 200)
 
