@@ -281,6 +281,10 @@ SESSION_ENGINE = (
 )
 # --- end of security ----------------------------------------------------------
 
+# The per-request user load as one statement written out once (annotate.auth);
+# Django's own backend stays for sessions made before it (it checks no password).
+AUTHENTICATION_BACKENDS = ["annotate.auth.ModelBackend", "django.contrib.auth.backends.ModelBackend"]
+
 # --- Celery ---------------------------------------------------------------
 CELERY_BROKER_URL = envstr("CELERY_BROKER_URL", "filesystem://")
 _BROKER_DIR = envpath("CELERY_BROKER_DIR", VAR_DIR / "broker")

@@ -1,0 +1,58 @@
+"""The sign-in backend: Django's ModelBackend with a cheaper per-request user load.
+
+Every request of a signed-in user loads its user (``get_user``), a rating
+included. Through the ORM that load is mostly query building and compiling in
+Python; the same statement written out once and the row turned into a User
+with ``from_db`` costs a fraction of it (docs/benchmarks.md). What is loaded
+and checked is unchanged: every column of the row (the session's auth hash is
+computed from the password hash), and an inactive user is no user.
+
+Sessions made before this backend existed name Django's ModelBackend; it stays
+listed second in AUTHENTICATION_BACKENDS so that they stay signed in. It never
+checks a password: a failed sign-in here raises PermissionDenied, which ends
+Django's loop over the backends, so a wrong password is hashed once, not twice.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from django.contrib.auth.backends import ModelBackend as DjangoModelBackend
+from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied
+from django.db import connections, router
+from django.http import HttpRequest
+
+
+@cache
+def _user_load() -> tuple[str, list[str]]:
+    fields = User._meta.concrete_fields
+    columns = ", ".join(f'"{f.column}"' for f in fields)
+    return f'SELECT {columns} FROM "{User._meta.db_table}" WHERE "id" = %s', [f.attname for f in fields]
+
+
+class ModelBackend(DjangoModelBackend):
+    def authenticate(
+        self, request: HttpRequest | None, username: str | None = None, password: str | None = None, **kwargs: Any
+    ) -> User | None:
+        attempted = (username or kwargs.get(User.USERNAME_FIELD)) is not None and password is not None
+        user = super().authenticate(request, username, password, **kwargs)
+        if user is None and attempted:
+            raise PermissionDenied  # wrong credentials: no other backend is asked (see the module docstring)
+        return user
+
+    def get_user(self, user_id: Any) -> User | None:
+        try:
+            pk = User._meta.pk.to_python(user_id)
+        except Exception:  # a session holding a user id of another shape: nobody
+            return None
+        sql, names = _user_load()
+        alias = router.db_for_read(User)
+        with connections[alias].cursor() as cursor:
+            cursor.execute(sql, [pk])
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        user = User.from_db(alias, names, list(row))
+        return user if self.user_can_authenticate(user) else None
