@@ -67,6 +67,21 @@ RATING_UPSERT = """
     WHERE labeling_steprating.version < EXCLUDED.version
 """
 
+# A step rated for the first time: its row, as the last labeled step
+# (chosen_completion null until labeling moves past it). The assignment lock
+# serialises writers, so no conflict handling: labeled_step_unique_index
+# (assignment, index) would refuse a second row loudly.
+LABELED_STEP_ADD = """
+    INSERT INTO labeling_labeledstep (assignment_id, "index", chosen_completion, human_completion)
+    VALUES (%s, %s, NULL, NULL) RETURNING id
+"""
+
+# chosen_completion of some of an assignment's steps (0: the solution went on
+# past it; null: labeling stops there). labeled_step_unique_index.
+CHOSEN_COMPLETION_SET = """
+    UPDATE labeling_labeledstep SET chosen_completion = %s WHERE assignment_id = %s AND "index" IN ({indexes})
+"""
+
 # Time on task, the renewed lease, the reset version and the state version
 # after a click (or a batch of key presses), under the assignment lock.
 # Primary key.
@@ -175,6 +190,19 @@ def rating_upsert(
         cursor.execute(
             RATING_UPSERT,
             [step_id, completion_index, text, rating, flagged, version, connection.ops.adapt_datetimefield_value(now)],
+        )
+
+
+def labeled_step_add(*, assignment_id: int, index: int) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(LABELED_STEP_ADD, [assignment_id, index])
+        return int(cursor.fetchone()[0])
+
+
+def chosen_completion_set(*, assignment_id: int, indexes: list[int], value: int | None) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            CHOSEN_COMPLETION_SET.format(indexes=", ".join(["%s"] * len(indexes))), [value, assignment_id, *indexes]
         )
 
 

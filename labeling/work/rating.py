@@ -48,7 +48,14 @@ from labeling.work.assignment import (
     rating_request_check,
 )
 from labeling.work.candidates import candidates_prefetch
-from labeling.work.hotpath import RatingRow, assignment_touch, rating_rows, rating_upsert
+from labeling.work.hotpath import (
+    RatingRow,
+    assignment_touch,
+    chosen_completion_set,
+    labeled_step_add,
+    rating_rows,
+    rating_upsert,
+)
 from labeling.work.progress import Progress, chosen_completions, progress_compute
 from labeling.work.queue import assignment_next_in_transaction, is_fresh_lease, lease_expiry
 
@@ -176,7 +183,7 @@ def _rate(
     if step_id is None:
         # No get_or_create needed: the assignment row lock serialises
         # writers. Created as the last labeled step: chosen_completion null.
-        step_id = LabeledStep.objects.create(assignment=locked, index=step_index).pk
+        step_id = labeled_step_add(assignment_id=locked.pk, index=step_index)
     # A change of state: the state version moves past it (and past every
     # rating version, which the page's plain-form clicks number from it).
     locked.version = max(locked.version + 1, version)
@@ -204,7 +211,8 @@ def _rate(
             # chosen_completion as just written, so that the next press of a
             # batch works on the stored state without reading it again.
             wanted = chosen_completions(labeled_indexes=sorted({r.index for r in after if r.completion == 0}))
-            after = [replace(r, chosen=wanted.get(r.index, r.chosen)) for r in after]
+            after = [r if wanted.get(r.index, r.chosen) == r.chosen else replace(r, chosen=wanted[r.index])
+                     for r in after]  # fmt: skip
 
     return Rated(
         applied=True,
@@ -375,7 +383,7 @@ def _keep_trajectory_consistent(
     for value in (0, None):
         changed = [i for i, c in wanted.items() if c == value and stored[i] != value]
         if changed:
-            LabeledStep.objects.filter(assignment=assignment, index__in=changed).update(chosen_completion=value)
+            chosen_completion_set(assignment_id=assignment.pk, indexes=changed, value=value)
     return bool(deleted or stale_alternatives or created)
 
 
