@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from labeling.data.labels import label_steps_freeze
 from labeling.models import Assignment, AssignmentStatus, FinishReason
-from labeling.work.hotpath import RatingRow, assignment_locked, task_close_when_complete
+from labeling.work.hotpath import RatingRow, assignment_finish_write, assignment_locked, task_close_when_complete
 
 MAX_VERSION = 2_000_000_000  # StepRating.version is a PositiveIntegerField.
 
@@ -160,7 +160,7 @@ def assignment_finish(
     assignment: Assignment, *, reason: FinishReason, text: str, now: datetime, rows: list[RatingRow] | None = None
 ) -> None:
     """Submit under the caller's locks (task, then assignment). ``rows``: the phase-2 ratings just read, if any."""
-    fields = assignment_time_add(assignment, now=now)
+    assignment_time_add(assignment, now=now)
     assignment.status = AssignmentStatus.SUBMITTED
     assignment.submitted_at = now
     assignment.finish_reason = reason
@@ -170,17 +170,7 @@ def assignment_finish(
     assignment.label_steps_json = (
         label_steps_freeze(assignment_id=assignment.pk) if rows is None else _label_steps_json(rows)
     )
-    assignment.save(
-        update_fields=[
-            *fields,
-            "status",
-            "submitted_at",
-            "finish_reason",
-            "finish_reason_text",
-            "label_steps_json",
-            "version",
-        ]
-    )
+    assignment_finish_write(assignment)
     # The task row is locked, so two labelers finishing the same
     # multi-labeler task count each other's submissions correctly.
     task_close_when_complete(task_id=assignment.task_id)

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from django.db import connection, models
 from django.utils import timezone
 
-from labeling.models import Assignment, AssignmentStatus, Problem, Solution, Task, TaskKind, TaskStatus
+from labeling.models import Assignment, AssignmentStatus, Labeler, Problem, Solution, Task, TaskKind, TaskStatus
 
 # --- A rating click ------------------------------------------------------------
 
@@ -348,7 +348,57 @@ def labeler_locked(*, labeler_id: int) -> tuple[tuple[str, str, datetime | None]
     return status, assignment
 
 
+# A new lease: the labeler's in-progress assignment of the task, with no
+# time and no ratings yet. assignment_one_per_task_and_labeler and
+# assignment_one_in_progress_per_labeler refuse a second one (IntegrityError,
+# which the hand-out retries).
+ASSIGNMENT_LEASE = """
+    INSERT INTO labeling_assignment (task_id, labeler_id, status, started_at, last_activity_at, lease_expires_at,
+        submitted_at, total_time_ms, finish_reason, finish_reason_text, label_steps_json, ratings_reset_version,
+        version)
+    VALUES (%s, %s, %s, %s, %s, %s, NULL, 0, NULL, '', NULL, 0, 0) RETURNING id
+"""
+
+
+def assignment_lease(*, task: Task, labeler: Labeler, now: datetime, lease_expires_at: datetime) -> Assignment:
+    """The new assignment, as Assignment.objects.create would return it (``started_at`` is ``now`` itself)."""
+    adapt = connection.ops.adapt_datetimefield_value
+    with connection.cursor() as cursor:
+        cursor.execute(
+            ASSIGNMENT_LEASE,
+            [task.pk, labeler.pk, AssignmentStatus.IN_PROGRESS, adapt(now), adapt(now), adapt(lease_expires_at)],
+        )
+        pk = int(cursor.fetchone()[0])
+    assignment = Assignment(
+        id=pk, task=task, labeler=labeler, status=AssignmentStatus.IN_PROGRESS, started_at=now,
+        last_activity_at=now, lease_expires_at=lease_expires_at, total_time_ms=0,
+    )  # fmt: skip
+    assignment._state.adding = False
+    assignment._state.db = connection.alias
+    return assignment
+
+
 # --- A submit ------------------------------------------------------------------
+
+# The finish: time on task, the status and reason, the frozen label and the
+# state version, under the caller's locks. Primary key.
+ASSIGNMENT_FINISH = """
+    UPDATE labeling_assignment SET total_time_ms = %s, last_activity_at = %s, status = %s, submitted_at = %s,
+        finish_reason = %s, finish_reason_text = %s, label_steps_json = %s, version = %s
+    WHERE id = %s
+"""
+
+
+def assignment_finish_write(assignment: Assignment) -> None:
+    adapt = connection.ops.adapt_datetimefield_value
+    with connection.cursor() as cursor:
+        cursor.execute(
+            ASSIGNMENT_FINISH,
+            [assignment.total_time_ms, adapt(assignment.last_activity_at), assignment.status,
+             adapt(assignment.submitted_at), assignment.finish_reason, assignment.finish_reason_text,
+             assignment.label_steps_json, assignment.version, assignment.pk],
+        )  # fmt: skip
+
 
 # A submit closes its task once it has all its labelers. Under the task row
 # lock (taken by the submit), so two labelers finishing one multi-labeler

@@ -47,7 +47,7 @@ from labeling.models import (
     TaskStatus,
 )
 from labeling.quality.control import labeler_quality_enforce, labeler_screening_conclude, screening_set_ids
-from labeling.work.hotpath import labeler_locked, task_candidate, task_places
+from labeling.work.hotpath import assignment_lease, labeler_locked, task_candidate, task_places
 
 # Candidates locked per generation before giving up on it for this request;
 # a miss means another transaction assigned the row between our snapshot and
@@ -167,15 +167,7 @@ def _assignment_next_locked(*, labeler: Labeler, now: datetime, rng: random.Rand
 
 
 def _lease(*, task: Task, labeler: Labeler, now: datetime) -> Assignment:
-    return Assignment.objects.create(
-        task=task,
-        labeler=labeler,
-        status=AssignmentStatus.IN_PROGRESS,
-        started_at=now,
-        last_activity_at=now,
-        lease_expires_at=lease_expiry(now=now),
-        total_time_ms=0,
-    )
+    return assignment_lease(task=task, labeler=labeler, now=now, lease_expires_at=lease_expiry(now=now))
 
 
 def _next_screening(*, labeler: Labeler, now: datetime) -> Assignment | None:
