@@ -398,6 +398,21 @@ def test_a_press_is_pending_until_stored_and_taken_back_when_it_is_not(live_serv
     assert _stored(assignment) == {0: (1, False)}
 
 
+def _next_held(page: Any, held: list[Any]) -> Any:
+    """The next key-press batch the page sent, held by the test's route until it is let through (or answered)."""
+    while not held:
+        page.wait_for_timeout(20)
+    return held.pop()
+
+
+def _press_then_give_up(page: Any, key: str) -> None:
+    page.wait_for_selector("#c-0-0.cursor")
+    page.keyboard.press(key)
+    page.click("text=Give up on this solution")
+    page.fill("textarea[name=reason]", "Too long for me")
+    page.click("text=Give up and get the next task")
+
+
 def test_submit_and_give_up_asked_for_while_presses_are_unsaved_wait_for_them(live_server: Any, page: Any) -> None:
     first = _open_task(live_server, page, ["One.", "Two."])
     second_task = make_task(generation=first.task.generation, steps=["Alpha.", "Beta."])
@@ -408,9 +423,7 @@ def test_submit_and_give_up_asked_for_while_presses_are_unsaved_wait_for_them(li
     # Enter right after the last key: the submit waits for the press, then goes.
     for key in ("3", "3"):
         page.keyboard.press(key)
-        while not held:
-            page.wait_for_timeout(20)
-        held.pop().continue_()
+        _next_held(page, held).continue_()
         _wait_idle(page)
     page.wait_for_selector("#finish")
     page.keyboard.press("f")  # unsaved: held below
@@ -419,9 +432,7 @@ def test_submit_and_give_up_asked_for_while_presses_are_unsaved_wait_for_them(li
     assert "Saving your last ratings first" in page.inner_text("#flash")
     first.refresh_from_db()
     assert first.status == AssignmentStatus.IN_PROGRESS
-    while not held:
-        page.wait_for_timeout(20)
-    held.pop().continue_()
+    _next_held(page, held).continue_()
     page.wait_for_selector(f"#task[data-assignment]:not([data-assignment='{first.pk}'])")
     first.refresh_from_db()
     assert first.status == AssignmentStatus.SUBMITTED
@@ -429,17 +440,11 @@ def test_submit_and_give_up_asked_for_while_presses_are_unsaved_wait_for_them(li
 
     # Give up with the mouse while a key is unsaved: the press is stored, then the give-up is made.
     second = Assignment.objects.get(task=second_task)
-    page.wait_for_selector("#c-0-0.cursor")
-    page.keyboard.press("2")
-    page.click("text=Give up on this solution")
-    page.fill("textarea[name=reason]", "Too long for me")
-    page.click("text=Give up and get the next task")
+    _press_then_give_up(page, "2")
     page.wait_for_selector("#flash:not([hidden])")
     second.refresh_from_db()
     assert second.status == AssignmentStatus.IN_PROGRESS
-    while not held:
-        page.wait_for_timeout(20)
-    held.pop().continue_()
+    _next_held(page, held).continue_()
     page.wait_for_selector(f"#task[data-assignment]:not([data-assignment='{second.pk}'])")
     second.refresh_from_db()
     assert second.status == AssignmentStatus.SUBMITTED
@@ -448,14 +453,8 @@ def test_submit_and_give_up_asked_for_while_presses_are_unsaved_wait_for_them(li
 
     # A press the server refuses: the give-up waiting for it is not made, and the page says so.
     third = Assignment.objects.get(task=third_task)
-    page.wait_for_selector("#c-0-0.cursor")
-    page.keyboard.press("3")
-    page.click("text=Give up on this solution")
-    page.fill("textarea[name=reason]", "Too long for me")
-    page.click("text=Give up and get the next task")
-    while not held:
-        page.wait_for_timeout(20)
-    held.pop().fulfill(status=500, body="boom")
+    _press_then_give_up(page, "3")
+    _next_held(page, held).fulfill(status=500, body="boom")
     page.wait_for_selector("text=was not sent")
     _wait_idle(page)
     third.refresh_from_db()
