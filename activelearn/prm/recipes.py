@@ -48,7 +48,7 @@ RECIPES: dict[Family, Recipe] = {
     # under a million parameters, so the whole model fine-tunes on a CPU; the rate is the
     # one the campaign simulator measured (docs/simulation.md).
     "simulated": Recipe(
-        "simulated", learning_rate=SIMULATED_LEARNING_RATE, num_epochs=4, max_length=256, freeze_layers=0
+        "simulated", learning_rate=SIMULATED_LEARNING_RATE, num_epochs=6, max_length=256, freeze_layers=0
     ),
     # Head only, on features computed once (FREEZE_ALL): the one recipe that trains on the
     # CHAMP split in minutes on 2 cores; its rate and epochs are the head's.
