@@ -714,11 +714,16 @@ def compare_strategies(
     *,
     work_dir: Path | None = None,
     progress: Callable[[str], None] | None = None,
+    workers: int = 1,
     **config: Any,
 ) -> Comparison:
-    """Both strategies on the same seeds; ``config`` holds ``CampaignConfig`` fields."""
+    """Both strategies on the same seeds; ``config`` holds ``CampaignConfig`` fields.
+
+    With ``workers`` > 1, seeds run in that many processes of one torch thread each: the
+    models are small enough that one thread per seed uses the cores better than several
+    threads on one seed (progress lines then come from the workers' stdout).
+    """
     started = time.monotonic()
-    results: dict[Strategy, list[CampaignResult]] = {s: [] for s in STRATEGIES}
     root = Path(tempfile.mkdtemp(prefix="campaigns-")) if work_dir is None else Path(work_dir)
     pretrain_seconds: float | None = None
     try:
@@ -728,19 +733,47 @@ def compare_strategies(
         resolve_backbone(CampaignConfig(**config), progress)
         if before is False:
             pretrain_seconds = time.monotonic() - probe
-        for seed in seeds:
-            base = CampaignConfig(seed=seed, **config)
-            for strategy in STRATEGIES:
-                results[strategy].append(
-                    run_campaign_config(strategy, replace(base), work_dir=root / f"seed-{seed}", progress=progress)
+        per_seed: list[tuple[CampaignResult, ...]]
+        if workers > 1 and len(seeds) > 1:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            # spawn, not fork: a forked copy of a process that has run torch can deadlock.
+            context = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(max_workers=min(workers, len(seeds)), mp_context=context) as pool:
+                futures = [
+                    pool.submit(_run_seed, seed, root / f"seed-{seed}", config, progress is not None) for seed in seeds
+                ]
+                per_seed = [future.result() for future in futures]
+        else:
+            per_seed = [
+                tuple(
+                    run_campaign_config(
+                        strategy, CampaignConfig(seed=seed, **config), work_dir=root / f"seed-{seed}", progress=progress
+                    )
+                    for strategy in STRATEGIES
                 )
+                for seed in seeds
+            ]
     finally:
         if work_dir is None:
             shutil.rmtree(root, ignore_errors=True)
     return Comparison(
-        {s: tuple(r) for s, r in results.items()},
+        {strategy: tuple(runs[index] for runs in per_seed) for index, strategy in enumerate(STRATEGIES)},
         wall_seconds=time.monotonic() - started,
         pretrain_seconds=pretrain_seconds,
+    )
+
+
+def _run_seed(seed: int, work_dir: Path, config: dict[str, Any], verbose: bool) -> tuple[CampaignResult, ...]:
+    """Both strategies of one seed, in a worker process with one torch thread."""
+    import torch
+
+    torch.set_num_threads(1)
+    say = (lambda message: print(message, flush=True)) if verbose else None
+    return tuple(
+        run_campaign_config(strategy, CampaignConfig(seed=seed, **config), work_dir=work_dir, progress=say)
+        for strategy in STRATEGIES
     )
 
 
@@ -846,6 +879,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=defaults.num_epochs)
     parser.add_argument("--learning-rate", type=float, default=None)
     parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
+    parser.add_argument(
+        "--workers", type=int, default=2, help="seeds run in parallel, one torch thread each (1: in this process)"
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
     parser.add_argument("--out", type=Path, default=Path("var/simulation"))
     args = parser.parse_args(argv)
@@ -857,6 +893,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     comparison = compare_strategies(
         args.seeds,
         progress=lambda message: print(f"[{time.monotonic() - started:6.0f}s] {message}", flush=True),
+        workers=args.workers,
         generations=args.generations,
         labels_per_generation=args.labels_per_generation,
         backbone=args.backbone,

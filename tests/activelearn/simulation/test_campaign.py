@@ -8,6 +8,7 @@ from activelearn.simulation.campaign import (
     STRATEGIES,
     CampaignConfig,
     Comparison,
+    _run_seed,
     bootstrap_efficiency,
     compare_strategies,
     data_efficiency,
@@ -143,3 +144,16 @@ def test_a_campaign_on_a_pretrained_sim_backbone_reports_intervals_over_seeds_in
         **TINY,
     )
     assert again.pretrain_seconds is None  # the second comparison reuses the cached backbone
+
+
+def test_a_worker_process_runs_a_seed_exactly_as_the_sequential_loop_does(tmp_path):
+    # _run_seed is what each process of compare_strategies(workers=2) runs; called here
+    # in-process so the test stays on one core.
+    config = dict(generations=2, labels_per_generation=8, backbone="tiny:llama", **TINY)
+    sequential = compare_strategies((1,), work_dir=tmp_path / "a", **config)
+    worker = _run_seed(1, tmp_path / "b", config, verbose=False)
+    for strategy, result in zip(STRATEGIES, worker, strict=True):
+        expected = sequential.results[strategy][0]
+        assert result.strategy == strategy and result.config == expected.config
+        strip = [replace(g, train_seconds=0.0) for g in result.generations]
+        assert strip == [replace(g, train_seconds=0.0) for g in expected.generations]
