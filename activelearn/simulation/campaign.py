@@ -875,6 +875,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--eval-problems", type=int, default=defaults.eval_problems)
     parser.add_argument("--k-per-problem", type=int, default=defaults.k_per_problem, help="0: global top-K only")
     parser.add_argument("--subtle-share", type=float, default=defaults.domain.subtle_share)
+    parser.add_argument(
+        "--error-rate",
+        type=float,
+        default=defaults.domain.solution_error_rate,
+        help="share of sampled solutions with an error (the pool's and held-out's; not the pretraining corpus's)",
+    )
     parser.add_argument("--noise-rate", type=float, default=0.0)
     parser.add_argument("--epochs", type=int, default=defaults.num_epochs)
     parser.add_argument("--learning-rate", type=float, default=None)
@@ -904,7 +910,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         eval_problems=args.eval_problems,
         k_per_problem=args.k_per_problem or None,
         noise_rate=args.noise_rate,
-        domain=replace(defaults.domain, subtle_share=args.subtle_share),
+        domain=replace(defaults.domain, subtle_share=args.subtle_share, solution_error_rate=args.error_rate),
         num_epochs=args.epochs,
         batch_size=args.batch_size,
         learning_rate=args.learning_rate,

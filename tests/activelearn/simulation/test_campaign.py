@@ -157,3 +157,19 @@ def test_a_worker_process_runs_a_seed_exactly_as_the_sequential_loop_does(tmp_pa
         assert result.strategy == strategy and result.config == expected.config
         strip = [replace(g, train_seconds=0.0) for g in result.generations]
         assert strip == [replace(g, train_seconds=0.0) for g in expected.generations]
+
+
+def test_the_command_line_passes_pool_mode_and_domain_knobs_to_every_run(tmp_path):
+    import json
+
+    from activelearn.simulation.campaign import main
+
+    args = ["--seeds", "0", "--generations", "1", "--labels-per-generation", "6", "--train-problems", "8"]
+    args += ["--solutions-per-problem", "2", "--eval-problems", "4", "--epochs", "1", "--workers", "1"]
+    args += ["--backbone", "tiny:llama", "--fixed-pool", "--error-rate", "0.2", "--out", str(tmp_path)]
+    assert main(args) == 0
+    report = json.loads((tmp_path / "campaign.json").read_text())
+    for strategy in STRATEGIES:
+        config = report[strategy][0]["config"]
+        assert config["pool"] == "fixed" and config["domain"]["solution_error_rate"] == 0.2
+    assert "one fixed pool" in (tmp_path / "campaign.md").read_text()
