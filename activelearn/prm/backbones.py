@@ -9,6 +9,9 @@ Accepted specs:
   (needs the ``gguf`` package); saved PRMs built on it are ordinary safetensors directories;
 * ``tiny:bert`` / ``tiny:llama`` -- a randomly initialised 2-layer model (hidden 32) that
   reuses the MiniLM tokenizer, so tests run in seconds without any download.
+* ``sim:<name>`` -- a small Llama with digit-level tokens, LM-pretrained on unlabeled text
+  of the synthetic campaign domain and cached on disk (``activelearn.simulation.backbone``);
+  the first use pretrains it (minutes on a CPU), later ones load the cache.
 
 Encoders are switched to causal attention (``config.is_decoder = True``): a step's score
 must depend only on the problem and the steps before it, otherwise scoring all steps of a
@@ -47,6 +50,7 @@ SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TINY_BERT = "tiny:bert"
 TINY_LLAMA = "tiny:llama"
 TINY_HIDDEN_SIZE = 32
+SIM_PREFIX = "sim:"
 
 
 class BackboneNotFoundError(ValueError):
@@ -189,6 +193,11 @@ def load_backbone(spec: str | Path, *, dtype: torch.dtype | None = None) -> Load
         return _load_pretrained(minilm_directory(), name, dtype)
     if name == BUILTIN_SMOLLM2:
         return _load_smollm2(dtype)
+    if name.startswith(SIM_PREFIX):
+        # Imported here: the simulation package is only needed for this spec.
+        from activelearn.simulation.backbone import resolve_sim_backbone
+
+        return _load_pretrained(resolve_sim_backbone(name), name, dtype)
     if name in (TINY_BERT, TINY_LLAMA):
         loaded = _build_tiny(name)
         if dtype is not None:
@@ -197,8 +206,8 @@ def load_backbone(spec: str | Path, *, dtype: torch.dtype | None = None) -> Load
     directory = Path(name).expanduser()
     if not (directory / "config.json").is_file():
         raise BackboneNotFoundError(
-            f"backbone {name!r} is not {BUILTIN_MINILM!r}, {BUILTIN_SMOLLM2!r}, {TINY_BERT!r}, {TINY_LLAMA!r} "
-            "or a local directory containing config.json"
+            f"backbone {name!r} is not {BUILTIN_MINILM!r}, {BUILTIN_SMOLLM2!r}, {TINY_BERT!r}, {TINY_LLAMA!r}, "
+            f"{SIM_PREFIX}<name> or a local directory containing config.json"
         )
     return _load_pretrained(directory, name, dtype)
 

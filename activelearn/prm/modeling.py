@@ -86,8 +86,12 @@ class ProcessRewardModel(nn.Module):
         """Fresh PRM (untrained head) on top of a backbone; see ``backbones.load_backbone``."""
         loaded = load_backbone(spec, dtype=dtype)
         backbone, tokenizer = loaded.model, loaded.tokenizer
+        # A backbone pretrained with the separator in its vocabulary (the simulated
+        # domain's) has learned its embedding; only a newly added separator is initialised.
+        pretrained_separator = separator in tokenizer.get_vocab()
         sep_id = add_step_separator(tokenizer, separator)
-        _init_separator_embedding(backbone, sep_id, len(tokenizer))
+        if not pretrained_separator:
+            _init_separator_embedding(backbone, sep_id, len(tokenizer))
         positions = getattr(backbone.config, "max_position_embeddings", None)
         # Never past the backbone's position table, whatever a recipe asks for.
         length = min(max_length or DEFAULT_MAX_LENGTH, positions or DEFAULT_MAX_LENGTH)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-Family = Literal["tiny", "small_encoder", "small_causal", "large_causal"]
+Family = Literal["tiny", "simulated", "small_encoder", "small_causal", "large_causal"]
 
 # BERT-style models: bidirectional encoders that the PRM switches to causal attention.
 ENCODER_MODEL_TYPES = frozenset(
@@ -27,6 +27,7 @@ ENCODER_MODEL_TYPES = frozenset(
 FREEZE_ALL = 1000
 # Above this hidden size a model is trained with the large (GPU) recipe.
 LARGE_HIDDEN_SIZE = 1536
+SIMULATED_LEARNING_RATE = 1e-3
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,12 @@ class Recipe:
 
 RECIPES: dict[Family, Recipe] = {
     "tiny": Recipe("tiny", learning_rate=1e-2, num_epochs=2, max_length=512, freeze_layers=0),
+    # The LM-pretrained backbone of the simulated domain (activelearn.simulation.backbone):
+    # under a million parameters, so the whole model fine-tunes on a CPU; the rate is the
+    # one the campaign simulator measured (docs/simulation.md).
+    "simulated": Recipe(
+        "simulated", learning_rate=SIMULATED_LEARNING_RATE, num_epochs=6, max_length=256, freeze_layers=0
+    ),
     # Head only, on features computed once (FREEZE_ALL): the one recipe that trains on the
     # CHAMP split in minutes on 2 cores; its rate and epochs are the head's.
     "small_encoder": Recipe(
@@ -75,6 +82,8 @@ def backbone_family(spec: str) -> Family:
     """The family of a backbone spec (builtin name, local HF directory or saved PRM)."""
     if spec.startswith("tiny:"):
         return "tiny"
+    if spec.startswith("sim:"):
+        return "simulated"
     if spec == "builtin:minilm":
         return "small_encoder"
     if spec.startswith("builtin:"):
@@ -84,7 +93,7 @@ def backbone_family(spec: str) -> Family:
     if saved_prm.is_file():
         # Continuing from a saved PRM: its base decides, else its saved backbone's config.
         base = json.loads(saved_prm.read_text()).get("base_model", "")
-        if isinstance(base, str) and base.startswith(("tiny:", "builtin:")):
+        if isinstance(base, str) and base.startswith(("tiny:", "sim:", "builtin:")):
             return backbone_family(base)
         directory = directory / "backbone"
     config_file = directory / "config.json"

@@ -6,9 +6,15 @@ solutions with the strategy, have the oracle label them, and evaluate the PRM on
 problems. Generation 0 is a uniform seed set, identical for every strategy with the same
 seed, so strategies are compared on paired runs.
 
-Run from a shell (small CPU size, a few minutes)::
+The default backbone, ``sim:digits`` (activelearn.simulation.backbone), is LM-pretrained on
+unlabeled domain text and cached, so it can learn to check the domain's arithmetic; each
+generation fine-tunes it from scratch on all labels so far. By default every generation
+draws a fresh pool of solutions to the same problems, as PRM800K sampled new solutions
+per generation; ``pool="fixed"`` keeps one pool and only removes what was labeled.
 
-    python -m activelearn.simulation.campaign --seeds 0 1 --out var/simulation/small
+Run from a shell::
+
+    python -m activelearn.simulation.campaign --out var/simulation/default
 
 Nothing here imports Django.
 """
@@ -18,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import random
 import shutil
 import statistics
 import tempfile
@@ -28,22 +35,46 @@ from pathlib import Path
 from typing import Any, Literal
 
 from activelearn.selection import PoolCandidate, Selected, select_convincing, select_uniform
-from activelearn.simulation.domain import Dataset, DomainConfig, GeneratedSolution, build_dataset, problem_texts
+from activelearn.simulation.backbone import (
+    DEFAULT_SIM_BACKBONE,
+    SIM_BACKBONE_PREFIX,
+    SIM_BACKBONES,
+    pretrained_backbone,
+)
+from activelearn.simulation.domain import (
+    Dataset,
+    DomainConfig,
+    GeneratedSolution,
+    Problem,
+    build_dataset,
+    generate_problems,
+    problem_texts,
+    sample_solutions,
+)
 from activelearn.simulation.oracle import OracleLabeler
 
 Strategy = Literal["convincing", "uniform"]
 STRATEGIES: tuple[Strategy, ...] = ("convincing", "uniform")
+PoolMode = Literal["fresh", "fixed"]
+# How a budget is counted: labeled solutions (what a generation buys) or the step ratings
+# they cost (a phase-2 labeler stops at the first wrong step, so wrong answers are cheaper).
+Unit = Literal["solutions", "step_labels"]
+UNITS: tuple[Unit, ...] = ("solutions", "step_labels")
 PRIMARY_METRIC = "first_error_f1"
+BOOTSTRAP_RESAMPLES = 2000
 
 
 @dataclass(frozen=True)
 class CampaignConfig:
     generations: int = 4
-    labels_per_generation: int = 120  # solutions sent to the oracle per generation
+    labels_per_generation: int = 100  # solutions sent to the oracle per generation
     seed: int = 0
-    backbone: str = "tiny:llama"
-    train_problems: int = 300
-    solutions_per_problem: int = 8
+    backbone: str = DEFAULT_SIM_BACKBONE
+    # Where ``sim:`` backbones are cached; None: $ANNOTATE_VAR_DIR/simulation/backbones.
+    backbone_cache: str | None = None
+    train_problems: int = 200
+    solutions_per_problem: int = 8  # pool solutions per problem, per generation when fresh
+    pool: PoolMode = "fresh"
     eval_problems: int = 60
     eval_solutions_per_problem: int = 16
     k_per_problem: int | None = 2  # cap per problem for convincing selection; None: global top-K only
@@ -51,18 +82,40 @@ class CampaignConfig:
     noise_rate: float = 0.0
     neutral_fillers: bool = True
     domain: DomainConfig = field(default_factory=DomainConfig)
-    learning_rate: float | None = None  # None: 3e-3 for tiny: backbones, 5e-5 otherwise
-    num_epochs: int = 4
-    batch_size: int = 16
+    learning_rate: float | None = None  # None: the backbone family's (see resolved_learning_rate)
+    num_epochs: int = 6
+    batch_size: int = 8
     max_length: int = 256
+    # Lower transformer layers (and embeddings) kept as pretrained: fewer weights to fit a
+    # few hundred labels with, so the PRM leans on what pretraining learned.
+    freeze_layers: int = 0
     best_of_n_sizes: tuple[int, ...] = (4, 16)
     threshold: float = 0.5
     score_batch_size: int = 64
 
     def resolved_learning_rate(self) -> float:
+        from activelearn.prm.recipes import SIMULATED_LEARNING_RATE
+
         if self.learning_rate is not None:
             return self.learning_rate
+        if self.backbone.startswith(SIM_BACKBONE_PREFIX):
+            return SIMULATED_LEARNING_RATE
         return 3e-3 if self.backbone.startswith("tiny:") else 5e-5
+
+
+def resolve_backbone(config: CampaignConfig, progress: Callable[[str], None] | None = None) -> str:
+    """What ``train_prm`` gets: a ``sim:`` spec becomes its cached pretrained directory
+    (pretrained here, once, when the cache lacks it); any other spec is passed through."""
+    if not config.backbone.startswith(SIM_BACKBONE_PREFIX):
+        return config.backbone
+    name = config.backbone.removeprefix(SIM_BACKBONE_PREFIX)
+    if name not in SIM_BACKBONES:
+        raise ValueError(f"unknown simulated backbone {config.backbone!r}; known: {sorted(SIM_BACKBONES)}")
+    cache = Path(config.backbone_cache) if config.backbone_cache else None
+    found = pretrained_backbone(SIM_BACKBONES[name], cache, progress=progress)
+    if found.trained and progress is not None:
+        progress(f"pretrained {config.backbone} in {found.seconds:.0f}s into {found.directory}")
+    return str(found.directory)
 
 
 @dataclass(frozen=True)
@@ -72,9 +125,15 @@ class GenerationMetrics:
     step_labels: int  # cumulative ratings handed out
     selected_wrong_answer_share: float  # of this generation's picks, graded wrong
     selected_error_free_share: float  # of this generation's picks, no wrong step at all
+    # Of this generation's picks that have a wrong step, the share whose first error is
+    # subtle (off by 1, 2 or 10; one digit changed): what a PRM misses, and selection seeks.
+    selected_subtle_share: float
     first_error_f1: float
     first_error_error_accuracy: float
     first_error_correct_accuracy: float
+    # Held-out first-error localisation, split by the first error's subtlety.
+    error_accuracy_subtle: float
+    error_accuracy_obvious: float
     step_auroc: float
     best_of_n: dict[int, dict[str, float]]  # n -> prm / majority / weighted accuracy
     train_seconds: float
@@ -86,8 +145,12 @@ class CampaignResult:
     config: CampaignConfig
     generations: tuple[GenerationMetrics, ...]
 
-    def curve(self, metric: str = PRIMARY_METRIC) -> list[tuple[float, float]]:
-        return [(float(g.labeled_solutions), metric_value(g, metric)) for g in self.generations]
+    def curve(self, metric: str = PRIMARY_METRIC, unit: Unit = "solutions") -> list[tuple[float, float]]:
+        return [(budget(g, unit), metric_value(g, metric)) for g in self.generations]
+
+
+def budget(metrics: GenerationMetrics, unit: Unit) -> float:
+    return float(metrics.labeled_solutions if unit == "solutions" else metrics.step_labels)
 
 
 def metric_value(metrics: GenerationMetrics, metric: str) -> float:
@@ -103,7 +166,9 @@ def metric_value(metrics: GenerationMetrics, metric: str) -> float:
 # ------------------------------------------------------------------------- the loop
 
 
-def _train_and_load(labeled: Sequence[Any], output_dir: Path, config: CampaignConfig) -> tuple[Any, Any, float]:
+def _train_and_load(
+    labeled: Sequence[Any], output_dir: Path, config: CampaignConfig, backbone: str
+) -> tuple[Any, Any, float]:
     import torch
 
     from activelearn.prm import ProcessRewardModel, TrainConfig, train_prm
@@ -115,14 +180,14 @@ def _train_and_load(labeled: Sequence[Any], output_dir: Path, config: CampaignCo
             labeled,
             TrainConfig(
                 output_dir=output_dir,
-                backbone=config.backbone,
+                backbone=backbone,
                 learning_rate=config.resolved_learning_rate(),
                 num_epochs=config.num_epochs,
                 batch_size=config.batch_size,
                 max_length=config.max_length,
                 # Fine-tune everything on a plain loss, whatever the backbone family's
                 # defaults: the published campaign table was measured that way.
-                freeze_layers=0,
+                freeze_layers=config.freeze_layers,
                 class_weighting="none",
                 checkpoint_every=0,
                 seed=config.seed,
@@ -132,6 +197,7 @@ def _train_and_load(labeled: Sequence[Any], output_dir: Path, config: CampaignCo
     model, tokenizer = ProcessRewardModel.from_pretrained(final)
     if torch.cuda.is_available():
         model = model.to("cuda")
+    model.eval()
     return model, tokenizer, time.monotonic() - started
 
 
@@ -145,16 +211,30 @@ def _score(
     )
 
 
-def _evaluate(
-    model: Any, tokenizer: Any, held_out: Dataset, config: CampaignConfig
-) -> tuple[float, float, float, float, dict[int, dict[str, float]]]:
-    from activelearn.prm.evaluation import Candidate, auroc, best_of_n, first_error_metrics
+@dataclass(frozen=True)
+class _Evaluation:
+    f1: float
+    error_accuracy: float
+    correct_accuracy: float
+    error_accuracy_subtle: float
+    error_accuracy_obvious: float
+    step_auroc: float
+    best_of_n: dict[int, dict[str, float]]
+
+
+def _evaluate(model: Any, tokenizer: Any, held_out: Dataset, config: CampaignConfig) -> _Evaluation:
+    from activelearn.prm.evaluation import Candidate, auroc, best_of_n, first_error_metrics, predicted_first_error
 
     solutions = held_out.all_solutions()
     scores = _score(model, tokenizer, problem_texts(held_out.problems), solutions, config.score_batch_size)
     first_error = first_error_metrics(
         [s.step_scores for s in scores], [g.first_error for g in solutions], config.threshold
     )
+    hits: dict[bool, list[bool]] = {True: [], False: []}
+    for generated, scored in zip(solutions, scores, strict=True):
+        if generated.first_error is not None:
+            found = predicted_first_error(scored.step_scores, config.threshold) == generated.first_error
+            hits[bool(generated.subtle)].append(found)
     # Step AUROC over the steps a phase-2 labeler would rate: up to the first error.
     step_scores: list[float] = []
     truths: list[bool] = []
@@ -166,7 +246,12 @@ def _evaluate(
     by_problem: dict[str, list[Candidate]] = {}
     for generated, scored in zip(solutions, scores, strict=True):
         by_problem.setdefault(generated.problem_id, []).append(
-            Candidate(score=scored.score, answer=generated.answer, is_correct=generated.final_correct)
+            Candidate(
+                score=scored.score,
+                answer=generated.answer,
+                is_correct=generated.final_correct,
+                step_scores=scored.step_scores,
+            )
         )
     table: dict[int, dict[str, float]] = {}
     for n in config.best_of_n_sizes:
@@ -175,16 +260,39 @@ def _evaluate(
             "prm": result.prm_accuracy,
             "majority": result.majority_accuracy,
             "weighted": result.weighted_accuracy,
+            # The lowest step score instead of their product: the product favours short
+            # solutions, and a skipped sub-step makes a wrong solution shorter.
+            "prm_min": result.by_aggregation.get("min", result.prm_accuracy),
+            "random": result.random_accuracy,
         }
-    return first_error.f1, first_error.error_accuracy, first_error.correct_accuracy, auroc(step_scores, truths), table
+    return _Evaluation(
+        f1=first_error.f1,
+        error_accuracy=first_error.error_accuracy,
+        correct_accuracy=first_error.correct_accuracy,
+        error_accuracy_subtle=statistics.fmean(hits[True]) if hits[True] else 0.0,
+        error_accuracy_obvious=statistics.fmean(hits[False]) if hits[False] else 0.0,
+        step_auroc=auroc(step_scores, truths),
+        best_of_n=table,
+    )
+
+
+def pool_solutions(problems: Sequence[Problem], config: CampaignConfig, generation: int) -> list[GeneratedSolution]:
+    """The pool a generation selects from: the same problems, and with ``pool="fresh"`` a
+    new draw of solutions for every generation after the first (ids differ per draw)."""
+    draw = f"g{generation}" if config.pool == "fresh" and generation > 0 else ""
+    return [
+        solution
+        for problem in problems
+        for solution in sample_solutions(problem, config.solutions_per_problem, config.seed, config.domain, draw)
+    ]
 
 
 def run_campaign(
     strategy: Strategy,
     generations: int = 4,
-    labels_per_generation: int = 120,
+    labels_per_generation: int = 100,
     seed: int = 0,
-    backbone: str = "tiny:llama",
+    backbone: str = DEFAULT_SIM_BACKBONE,
     *,
     work_dir: Path | None = None,
     progress: Callable[[str], None] | None = None,
@@ -210,27 +318,29 @@ def run_campaign_config(
 ) -> CampaignResult:
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    if config.pool not in ("fresh", "fixed"):
+        raise ValueError(f"pool must be 'fresh' or 'fixed', got {config.pool!r}")
     say = progress or (lambda message: None)
     owned = work_dir is None
     root = Path(tempfile.mkdtemp(prefix="campaign-")) if work_dir is None else Path(work_dir)
     try:
-        pool = build_dataset(
-            config.train_problems, config.solutions_per_problem, config.seed, config.domain, prefix="train"
-        )
+        backbone = resolve_backbone(config, say)
+        problems = generate_problems(config.train_problems, config.seed, config.domain, prefix="train")
         held_out = build_dataset(
             config.eval_problems, config.eval_solutions_per_problem, config.seed, config.domain, prefix="eval"
         )
-        texts = problem_texts(pool.problems)
-        by_id = {s.solution_id: s for s in pool.all_solutions()}
+        texts = problem_texts(problems)
+        pool = pool_solutions(problems, config, 0)
         oracle = OracleLabeler(noise_rate=config.noise_rate, neutral_fillers=config.neutral_fillers, seed=config.seed)
         labeled: list[Any] = []
         labeled_ids: set[str] = set()
         scores: dict[str, float] = {}
         history: list[GenerationMetrics] = []
         for generation in range(config.generations):
+            by_id = {s.solution_id: s for s in pool}
             candidates = [
                 PoolCandidate(s.problem_id, s.solution_id, scores.get(s.solution_id, 0.0), s.final_correct)
-                for s in by_id.values()
+                for s in pool
             ]
             picks: list[Selected]
             if generation == 0 or strategy == "uniform":
@@ -252,31 +362,41 @@ def run_campaign_config(
                 labeled_ids.add(solution.solution_id)
 
             gen_dir = root / (f"seed-{config.seed}-gen-0" if generation == 0 else f"{strategy}-gen-{generation}")
-            model, tokenizer, seconds = _train_and_load(labeled, gen_dir, config)
-            f1, error_accuracy, correct_accuracy, step_auroc, bon = _evaluate(model, tokenizer, held_out, config)
+            model, tokenizer, seconds = _train_and_load(labeled, gen_dir, config, backbone)
+            evaluation = _evaluate(model, tokenizer, held_out, config)
+            erroneous = [s for s in chosen if s.first_error is not None]
             metrics = GenerationMetrics(
                 generation=generation,
                 labeled_solutions=oracle.solutions_labeled,
                 step_labels=oracle.step_labels,
                 selected_wrong_answer_share=sum(not s.final_correct for s in chosen) / max(1, len(chosen)),
                 selected_error_free_share=sum(s.first_error is None for s in chosen) / max(1, len(chosen)),
-                first_error_f1=f1,
-                first_error_error_accuracy=error_accuracy,
-                first_error_correct_accuracy=correct_accuracy,
-                step_auroc=step_auroc,
-                best_of_n=bon,
+                selected_subtle_share=sum(bool(s.subtle) for s in erroneous) / max(1, len(erroneous)),
+                first_error_f1=evaluation.f1,
+                first_error_error_accuracy=evaluation.error_accuracy,
+                first_error_correct_accuracy=evaluation.correct_accuracy,
+                error_accuracy_subtle=evaluation.error_accuracy_subtle,
+                error_accuracy_obvious=evaluation.error_accuracy_obvious,
+                step_auroc=evaluation.step_auroc,
+                best_of_n=evaluation.best_of_n,
                 train_seconds=seconds,
             )
             history.append(metrics)
+            n = max(config.best_of_n_sizes)
             say(
                 f"{strategy} seed={config.seed} gen={generation} labels={metrics.labeled_solutions} "
-                f"f1={f1:.3f} auroc={step_auroc:.3f} picked_wrong={metrics.selected_wrong_answer_share:.2f}"
+                f"steps={metrics.step_labels} f1={evaluation.f1:.3f} auroc={evaluation.step_auroc:.3f} "
+                f"bon@{n}={evaluation.best_of_n[n]['prm']:.3f}/maj {evaluation.best_of_n[n]['majority']:.3f} "
+                f"picked_wrong={metrics.selected_wrong_answer_share:.2f} ({seconds:.0f}s)"
             )
-            if strategy == "convincing" and generation + 1 < config.generations:
-                unlabeled = [s for s in by_id.values() if s.solution_id not in labeled_ids]
-                scored = _score(model, tokenizer, texts, unlabeled, config.score_batch_size)
-                scores = {s.solution_id: r.score for s, r in zip(unlabeled, scored, strict=True)}
-            if generation > 0:
+            if generation + 1 < config.generations:
+                if config.pool == "fresh":
+                    pool = pool_solutions(problems, config, generation + 1)
+                if strategy == "convincing":
+                    unlabeled = [s for s in pool if s.solution_id not in labeled_ids]
+                    scored = _score(model, tokenizer, texts, unlabeled, config.score_batch_size)
+                    scores = {s.solution_id: r.score for s, r in zip(unlabeled, scored, strict=True)}
+            if generation > 0:  # generation 0's PRM is shared between the strategies and stays
                 shutil.rmtree(gen_dir, ignore_errors=True)
         return CampaignResult(strategy=strategy, config=config, generations=tuple(history))
     finally:
@@ -322,67 +442,187 @@ def data_efficiency(active: Sequence[tuple[float, float]], uniform: Sequence[tup
     return None
 
 
+def mean_curve(curves: Sequence[Sequence[tuple[float, float]]]) -> list[tuple[float, float]]:
+    """Point-wise mean of curves with the same number of generations (budget and metric)."""
+    return [
+        (statistics.fmean(c[i][0] for c in curves), statistics.fmean(c[i][1] for c in curves))
+        for i in range(len(curves[0]))
+    ]
+
+
+# Two-sided 95% Student-t quantiles by degrees of freedom; past 30 the normal's 1.96.
+_T975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+    2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+
+
+def t_quantile(degrees_of_freedom: int) -> float:
+    return _T975[degrees_of_freedom - 1] if degrees_of_freedom <= len(_T975) else 1.96
+
+
+def mean_interval(values: Sequence[float]) -> tuple[float, float]:
+    """(mean, half-width of its 95% t-interval over the values); half-width 0 for one value."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, 0.0
+    return mean, t_quantile(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    on_mean_curves: float | None
+    per_seed: list[float | None]
+    # Percentile bootstrap over seeds of the factor on the mean curves; None when fewer
+    # than half of the resamples had a defined factor.
+    interval: tuple[float, float] | None
+    undefined_resamples: int
+    resamples: int
+
+
+def bootstrap_efficiency(
+    active: Sequence[Sequence[tuple[float, float]]],
+    uniform: Sequence[Sequence[tuple[float, float]]],
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = 0,
+) -> tuple[tuple[float, float] | None, int]:
+    """95% percentile interval of the mean-curve factor, resampling seeds with replacement.
+
+    Paired: a resample takes the same seeds for both strategies (they share generation 0
+    and the held-out set). Returns the interval (None if under half the resamples give a
+    defined factor) and the number of resamples whose factor was undefined.
+    """
+    rng = random.Random(f"bootstrap:{seed}")
+    count = len(active)
+    factors: list[float] = []
+    for _ in range(resamples):
+        picks = [rng.randrange(count) for _ in range(count)]
+        factor = data_efficiency(mean_curve([active[i] for i in picks]), mean_curve([uniform[i] for i in picks]))
+        if factor is not None:
+            factors.append(factor)
+    undefined = resamples - len(factors)
+    if len(factors) * 2 < resamples:
+        return None, undefined
+    factors.sort()
+    low = factors[int(0.025 * (len(factors) - 1))]
+    high = factors[math.ceil(0.975 * (len(factors) - 1))]
+    return (low, high), undefined
+
+
 # ------------------------------------------------------------------------ comparison
 
 
 @dataclass(frozen=True)
 class Comparison:
     results: dict[Strategy, tuple[CampaignResult, ...]]  # one per seed, same seed order
+    wall_seconds: float | None = None  # the whole comparison, pretraining included
+    pretrain_seconds: float | None = None  # None: the backbone came from the cache (or none needed)
 
-    def mean_curve(self, strategy: Strategy, metric: str = PRIMARY_METRIC) -> list[tuple[float, float]]:
-        curves = [result.curve(metric) for result in self.results[strategy]]
-        return [
-            (statistics.fmean(c[i][0] for c in curves), statistics.fmean(c[i][1] for c in curves))
-            for i in range(len(curves[0]))
-        ]
+    def curves(self, strategy: Strategy, metric: str, unit: Unit = "solutions") -> list[list[tuple[float, float]]]:
+        return [result.curve(metric, unit) for result in self.results[strategy]]
 
-    def efficiency(self, metric: str = PRIMARY_METRIC) -> tuple[float | None, list[float | None]]:
-        """(factor on the seed-mean curves, factor per seed)."""
-        per_seed = [
-            data_efficiency(a.curve(metric), u.curve(metric))
-            for a, u in zip(self.results["convincing"], self.results["uniform"], strict=True)
-        ]
-        return data_efficiency(self.mean_curve("convincing", metric), self.mean_curve("uniform", metric)), per_seed
+    def mean_curve(
+        self, strategy: Strategy, metric: str = PRIMARY_METRIC, unit: Unit = "solutions"
+    ) -> list[tuple[float, float]]:
+        return mean_curve(self.curves(strategy, metric, unit))
+
+    def efficiency(self, metric: str = PRIMARY_METRIC, unit: Unit = "solutions") -> Efficiency:
+        active, uniform = self.curves("convincing", metric, unit), self.curves("uniform", metric, unit)
+        interval, undefined = bootstrap_efficiency(active, uniform)
+        return Efficiency(
+            on_mean_curves=data_efficiency(mean_curve(active), mean_curve(uniform)),
+            per_seed=[data_efficiency(a, u) for a, u in zip(active, uniform, strict=True)],
+            interval=interval,
+            undefined_resamples=undefined,
+            resamples=BOOTSTRAP_RESAMPLES,
+        )
 
     def metrics(self) -> list[str]:
         config = self.results["uniform"][0].config
         n = max(config.best_of_n_sizes)
-        return [PRIMARY_METRIC, "step_auroc", f"bon_prm@{n}", f"bon_majority@{n}"]
+        return [PRIMARY_METRIC, "step_auroc", f"bon_prm@{n}", f"bon_prm_min@{n}", f"bon_majority@{n}"]
 
     def to_markdown(self) -> str:
         config = self.results["uniform"][0].config
         seeds = [r.config.seed for r in self.results["uniform"]]
+        count = len(seeds)
+        pool = (
+            "a fresh pool of solutions per generation"
+            if config.pool == "fresh"
+            else "one fixed pool (labeled solutions removed)"
+        )
+        timing = ""
+        if self.wall_seconds is not None:
+            timing = f" Wall time {self.wall_seconds / 60:.1f} min"
+            timing += (
+                f" (pretraining {self.pretrain_seconds / 60:.1f} min of it)."
+                if self.pretrain_seconds
+                else " (backbone from the cache)."
+            )
         lines = [
             f"Backbone `{config.backbone}`, {config.train_problems} pool problems x {config.solutions_per_problem} "
-            f"solutions, {config.eval_problems} held-out problems x {config.eval_solutions_per_problem}, "
+            f"solutions ({pool}), {config.eval_problems} held-out problems x {config.eval_solutions_per_problem}, "
             f"{config.generations} generations x {config.labels_per_generation} labeled solutions, "
-            f"seeds {seeds}; values are means over seeds.",
+            f"{config.num_epochs} epochs at learning rate {config.resolved_learning_rate():g}, seeds {seeds}.{timing}",
             "",
-            "| strategy | gen | labeled solutions | step labels | picked wrong-answer | "
+            f"Cells: mean over the {count} seeds ± the half-width of its 95% Student-t interval "
+            f"(t = {t_quantile(max(1, count - 1)):.3f}, {max(1, count - 1)} degrees of freedom).",
+            "",
+            "| strategy | gen | labeled solutions | step labels | picked wrong-answer | picked subtle error | "
             + " | ".join(self.metrics())
             + " |",
-            "|---|---|---|---|---|" + "---|" * len(self.metrics()),
+            "|---|---|---|---|---|---|" + "---|" * len(self.metrics()),
         ]
         for strategy in STRATEGIES:
             runs = self.results[strategy]
             for index in range(config.generations):
                 rows = [run.generations[index] for run in runs]
-                values = [statistics.fmean(metric_value(row, m) for row in rows) for m in self.metrics()]
+                cells = [_interval([metric_value(row, m) for row in rows]) for m in self.metrics()]
                 lines.append(
                     f"| {strategy} | {index} | {statistics.fmean(r.labeled_solutions for r in rows):.0f} | "
                     f"{statistics.fmean(r.step_labels for r in rows):.0f} | "
                     f"{statistics.fmean(r.selected_wrong_answer_share for r in rows):.2f} | "
-                    + " | ".join(f"{v:.3f}" for v in values)
+                    f"{statistics.fmean(r.selected_subtle_share for r in rows):.2f} | " + " | ".join(cells) + " |"
+                )
+        lines += [
+            "",
+            "Held-out first-error localisation at the last generation, by the first error's kind "
+            "(subtle: off by 1, 2 or 10, or one digit changed):",
+            "",
+            "| strategy | subtle errors found | obvious errors found | error-free solutions passed |",
+            "|---|---|---|---|",
+        ]
+        for strategy in STRATEGIES:
+            last = [run.generations[-1] for run in self.results[strategy]]
+            lines.append(
+                f"| {strategy} | {_interval([g.error_accuracy_subtle for g in last])} | "
+                f"{_interval([g.error_accuracy_obvious for g in last])} | "
+                f"{_interval([g.first_error_correct_accuracy for g in last])} |"
+            )
+        lines += [
+            "",
+            "Data efficiency: the labels uniform spent for its final quality divided by the labels convincing "
+            "needs to reach that quality (linear interpolation between neighbouring generations of the "
+            "convincing curve). When convincing never reaches it, the labels uniform needs to reach convincing's "
+            "final quality divided by convincing's final labels (< 1x). n/a: neither curve reaches the other's "
+            "end, or convincing's first (shared, uniform) generation already matches uniform's end. Budget in "
+            "labeled solutions and in step labels (the ratings they cost). 95% interval: percentile bootstrap "
+            f"over seeds ({BOOTSTRAP_RESAMPLES} paired resamples, factor recomputed on the resampled mean curves).",
+            "",
+            "| metric | budget unit | on mean curves | 95% bootstrap interval | per seed |",
+            "|---|---|---|---|---|",
+        ]
+        for metric in self.metrics()[:4]:  # every metric of the PRM (not majority vote)
+            for unit in UNITS:
+                found = self.efficiency(metric, unit)
+                interval = "n/a" if found.interval is None else f"{found.interval[0]:.2f}x to {found.interval[1]:.2f}x"
+                if found.undefined_resamples:
+                    interval += f" ({found.undefined_resamples} of {found.resamples} resamples n/a)"
+                lines.append(
+                    f"| `{metric}` | {unit.replace('_', ' ')} | {_factor(found.on_mean_curves)} | {interval} | "
+                    + ", ".join(_factor(f) for f in found.per_seed)
                     + " |"
                 )
-        lines.append("")
-        for metric in self.metrics()[:3]:
-            mean_factor, per_seed = self.efficiency(metric)
-            shown = ", ".join(_factor(f) for f in per_seed)
-            lines.append(
-                f"- data efficiency on `{metric}` (labels uniform needs / labels convincing needs for uniform's "
-                f"final quality): {_factor(mean_factor)} on the seed-mean curves; per seed: {shown}"
-            )
         return "\n".join(lines) + "\n"
 
     def write_report(self, out_dir: Path) -> dict[str, Path]:
@@ -396,13 +636,15 @@ class Comparison:
         paths["markdown"].write_text(self.to_markdown())
         paths["svg"].write_text(self.to_svg())
         self.write_png(paths["png"])
-        paths["json"].write_text(
-            json.dumps({s: [_result_json(r) for r in runs] for s, runs in self.results.items()}, indent=2, default=str)
-        )
+        payload: dict[str, Any] = {s: [_result_json(r) for r in runs] for s, runs in self.results.items()}
+        payload["wall_seconds"] = self.wall_seconds
+        payload["pretrain_seconds"] = self.pretrain_seconds
+        paths["json"].write_text(json.dumps(payload, indent=2, default=str))
         return paths
 
     def write_png(self, path: Path) -> None:
-        """The same panels as ``to_svg``, drawn with matplotlib (imported here: only reports need it)."""
+        """Metric vs labeled solutions per panel: thin lines per seed, the seed mean with its
+        95% t-interval as a band (matplotlib imported here: only reports need it)."""
         import matplotlib
 
         matplotlib.use("Agg")
@@ -414,17 +656,21 @@ class Comparison:
             for strategy in STRATEGIES:
                 colour = _COLOURS[strategy]
                 for run in self.results[strategy]:
-                    xs, ys = zip(*run.curve(metric), strict=True)
-                    ax.plot(xs, ys, color=colour, alpha=0.25, linewidth=1)
-                mean = self.mean_curve(strategy, metric)
-                if mean:
-                    xs, ys = zip(*mean, strict=True)
-                    ax.plot(xs, ys, color=colour, linewidth=2.5, marker="o", label=strategy)
+                    run_x, run_y = zip(*run.curve(metric), strict=True)
+                    ax.plot(run_x, run_y, color=colour, alpha=0.2, linewidth=1)
+                rows = list(zip(*(run.generations for run in self.results[strategy]), strict=True))
+                xs = [statistics.fmean(g.labeled_solutions for g in row) for row in rows]
+                spans = [mean_interval([metric_value(g, metric) for g in row]) for row in rows]
+                means = [m for m, _ in spans]
+                ax.fill_between(
+                    xs, [m - h for m, h in spans], [m + h for m, h in spans], color=colour, alpha=0.15, linewidth=0
+                )
+                ax.plot(xs, means, color=colour, linewidth=2.5, marker="o", label=strategy)
             if metric.startswith("bon_prm"):
                 reference = self.mean_curve("uniform", metric.replace("prm", "majority"))
                 if reference:
-                    xs, ys = zip(*reference, strict=True)
-                    ax.plot(xs, ys, color="grey", linestyle="--", label="majority vote")
+                    rx, ry = zip(*reference, strict=True)
+                    ax.plot(rx, ry, color="grey", linestyle="--", label="majority vote")
             ax.set_title(metric)
             ax.set_xlabel("labeled solutions")
             ax.grid(alpha=0.3)
@@ -453,32 +699,93 @@ def _factor(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f}x"
 
 
+def _interval(values: Sequence[float]) -> str:
+    mean, half = mean_interval(values)
+    return f"{mean:.3f} ± {half:.3f}"
+
+
 def _result_json(result: CampaignResult) -> dict[str, Any]:
     config = asdict(result.config)
     return {"strategy": result.strategy, "config": config, "generations": [asdict(g) for g in result.generations]}
 
 
 def compare_strategies(
-    seeds: Sequence[int] = (0,),
+    seeds: Sequence[int] = (0, 1, 2, 3, 4),
     *,
     work_dir: Path | None = None,
     progress: Callable[[str], None] | None = None,
+    workers: int = 1,
     **config: Any,
 ) -> Comparison:
-    """Both strategies on the same seeds; ``config`` holds ``CampaignConfig`` fields."""
-    results: dict[Strategy, list[CampaignResult]] = {s: [] for s in STRATEGIES}
+    """Both strategies on the same seeds; ``config`` holds ``CampaignConfig`` fields.
+
+    With ``workers`` > 1, seeds run in that many processes of one torch thread each: the
+    models are small enough that one thread per seed uses the cores better than several
+    threads on one seed (progress lines then come from the workers' stdout).
+    """
+    started = time.monotonic()
     root = Path(tempfile.mkdtemp(prefix="campaigns-")) if work_dir is None else Path(work_dir)
+    pretrain_seconds: float | None = None
     try:
-        for seed in seeds:
-            base = CampaignConfig(seed=seed, **config)
-            for strategy in STRATEGIES:
-                results[strategy].append(
-                    run_campaign_config(strategy, replace(base), work_dir=root / f"seed-{seed}", progress=progress)
+        # Pretrain (or find in the cache) once, before any seed: every run reuses it.
+        probe = time.monotonic()
+        before = _cached(CampaignConfig(**config))
+        resolve_backbone(CampaignConfig(**config), progress)
+        if before is False:
+            pretrain_seconds = time.monotonic() - probe
+        per_seed: list[tuple[CampaignResult, ...]]
+        if workers > 1 and len(seeds) > 1:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            # spawn, not fork: a forked copy of a process that has run torch can deadlock.
+            context = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(max_workers=min(workers, len(seeds)), mp_context=context) as pool:
+                futures = [
+                    pool.submit(_run_seed, seed, root / f"seed-{seed}", config, progress is not None) for seed in seeds
+                ]
+                per_seed = [future.result() for future in futures]
+        else:
+            per_seed = [
+                tuple(
+                    run_campaign_config(
+                        strategy, CampaignConfig(seed=seed, **config), work_dir=root / f"seed-{seed}", progress=progress
+                    )
+                    for strategy in STRATEGIES
                 )
+                for seed in seeds
+            ]
     finally:
         if work_dir is None:
             shutil.rmtree(root, ignore_errors=True)
-    return Comparison({s: tuple(r) for s, r in results.items()})
+    return Comparison(
+        {strategy: tuple(runs[index] for runs in per_seed) for index, strategy in enumerate(STRATEGIES)},
+        wall_seconds=time.monotonic() - started,
+        pretrain_seconds=pretrain_seconds,
+    )
+
+
+def _run_seed(seed: int, work_dir: Path, config: dict[str, Any], verbose: bool) -> tuple[CampaignResult, ...]:
+    """Both strategies of one seed, in a worker process with one torch thread."""
+    import torch
+
+    torch.set_num_threads(1)
+    say = (lambda message: print(message, flush=True)) if verbose else None
+    return tuple(
+        run_campaign_config(strategy, CampaignConfig(seed=seed, **config), work_dir=work_dir, progress=say)
+        for strategy in STRATEGIES
+    )
+
+
+def _cached(config: CampaignConfig) -> bool | None:
+    """Whether a ``sim:`` backbone is already cached; None for other backbones."""
+    from activelearn.simulation.backbone import PRETRAIN_FILE, default_cache_root
+
+    name = config.backbone.removeprefix(SIM_BACKBONE_PREFIX)
+    if not config.backbone.startswith(SIM_BACKBONE_PREFIX) or name not in SIM_BACKBONES:
+        return None
+    root = Path(config.backbone_cache) if config.backbone_cache else default_cache_root()
+    return (root / SIM_BACKBONES[name].fingerprint() / PRETRAIN_FILE).is_file()
 
 
 # ---------------------------------------------------------------------------- SVG plot
@@ -554,32 +861,58 @@ def render_svg(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--generations", type=int, default=4)
-    parser.add_argument("--labels-per-generation", type=int, default=120)
-    parser.add_argument("--backbone", default="tiny:llama")
-    parser.add_argument("--train-problems", type=int, default=300)
-    parser.add_argument("--solutions-per-problem", type=int, default=8)
-    parser.add_argument("--eval-problems", type=int, default=60)
-    parser.add_argument("--k-per-problem", type=int, default=2, help="0: global top-K only")
+    defaults = CampaignConfig()
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--generations", type=int, default=defaults.generations)
+    parser.add_argument("--labels-per-generation", type=int, default=defaults.labels_per_generation)
+    parser.add_argument(
+        "--backbone", default=defaults.backbone, help=f"sim:<name> ({', '.join(SIM_BACKBONES)}), tiny:llama, ..."
+    )
+    parser.add_argument("--backbone-cache", default=None, help="cache of sim: backbones (default VAR_DIR/simulation)")
+    parser.add_argument("--train-problems", type=int, default=defaults.train_problems)
+    parser.add_argument("--solutions-per-problem", type=int, default=defaults.solutions_per_problem)
+    parser.add_argument("--fixed-pool", action="store_true", help="one pool for all generations instead of fresh")
+    parser.add_argument("--eval-problems", type=int, default=defaults.eval_problems)
+    parser.add_argument("--k-per-problem", type=int, default=defaults.k_per_problem, help="0: global top-K only")
+    parser.add_argument("--subtle-share", type=float, default=defaults.domain.subtle_share)
+    parser.add_argument(
+        "--error-rate",
+        type=float,
+        default=defaults.domain.solution_error_rate,
+        help="share of sampled solutions with an error (the pool's and held-out's; not the pretraining corpus's)",
+    )
     parser.add_argument("--noise-rate", type=float, default=0.0)
-    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--epochs", type=int, default=defaults.num_epochs)
     parser.add_argument("--learning-rate", type=float, default=None)
+    parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
+    parser.add_argument(
+        "--workers", type=int, default=2, help="seeds run in parallel, one torch thread each (1: in this process)"
+    )
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
     parser.add_argument("--out", type=Path, default=Path("var/simulation"))
     args = parser.parse_args(argv)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     started = time.monotonic()
     comparison = compare_strategies(
         args.seeds,
         progress=lambda message: print(f"[{time.monotonic() - started:6.0f}s] {message}", flush=True),
+        workers=args.workers,
         generations=args.generations,
         labels_per_generation=args.labels_per_generation,
         backbone=args.backbone,
+        backbone_cache=args.backbone_cache,
         train_problems=args.train_problems,
         solutions_per_problem=args.solutions_per_problem,
+        pool="fixed" if args.fixed_pool else "fresh",
         eval_problems=args.eval_problems,
         k_per_problem=args.k_per_problem or None,
         noise_rate=args.noise_rate,
+        domain=replace(defaults.domain, subtle_share=args.subtle_share, solution_error_rate=args.error_rate),
         num_epochs=args.epochs,
+        batch_size=args.batch_size,
         learning_rate=args.learning_rate,
     )
     paths = comparison.write_report(args.out)

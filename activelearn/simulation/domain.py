@@ -249,7 +249,9 @@ def generate_problem(problem_id: str, rng: random.Random, config: DomainConfig) 
 
 def generate_problems(count: int, seed: int, config: DomainConfig | None = None, prefix: str = "sim") -> list[Problem]:
     config = config or DomainConfig()
-    rng = random.Random(f"problems:{seed}")
+    # The prefix is part of the stream: pool ("train"), held-out ("eval") and pretraining
+    # ("pretrain") problems of one seed must be different problems, not renamed copies.
+    rng = random.Random(f"problems:{prefix}:{seed}")
     return [generate_problem(f"{prefix}-{seed}-{index}", rng, config) for index in range(count)]
 
 
@@ -458,10 +460,13 @@ def sample_solution(
 
 
 def sample_solutions(
-    problem: Problem, count: int, seed: int, config: DomainConfig | None = None
+    problem: Problem, count: int, seed: int, config: DomainConfig | None = None, draw: str = ""
 ) -> list[GeneratedSolution]:
-    rng = random.Random(f"solutions:{seed}:{problem.problem_id}")
-    return [sample_solution(problem, f"{problem.problem_id}/s{index}", rng, config) for index in range(count)]
+    """``count`` solutions of ``problem``; another ``draw`` gives a fresh, independent sample
+    (a later generation's pool) with ids of its own (``<problem>/<draw>s<i>``)."""
+    stream = f"solutions:{seed}:{problem.problem_id}" + (f":{draw}" if draw else "")
+    rng = random.Random(stream)
+    return [sample_solution(problem, f"{problem.problem_id}/{draw}s{index}", rng, config) for index in range(count)]
 
 
 @dataclass(frozen=True)

@@ -21,13 +21,18 @@ class Command(BaseCommand):
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--out", type=Path, default=None, help="report directory (default VAR_DIR/simulation)")
         parser.add_argument("--write-docs", action="store_true", help=f"copy the table and plot into {DOC}")
-        parser.add_argument("simulator_args", nargs="*", help="passed to the simulator, e.g. -- --seeds 0 1")
+        parser.add_argument("simulator_args", nargs="*", help="simulator arguments, e.g. -- --seeds 0 1 --fixed-pool")
 
     def handle(self, *args: Any, **options: Any) -> None:
         from activelearn.simulation.campaign import main
 
         out: Path = options["out"] or Path(settings.VAR_DIR) / "simulation"
-        code = main([*options["simulator_args"], "--out", str(out)])
+        forwarded: list[str] = list(options["simulator_args"])
+        if "--backbone-cache" not in forwarded:
+            # The pretrained sim: backbones live under this deployment's VAR_DIR, so every
+            # campaign run from here reuses the one pretraining.
+            forwarded += ["--backbone-cache", str(Path(settings.VAR_DIR) / "simulation" / "backbones")]
+        code = main([*forwarded, "--out", str(out)])
         if code:
             raise CommandError(f"the simulation exited with status {code}")
         if options["write_docs"]:

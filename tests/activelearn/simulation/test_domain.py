@@ -2,7 +2,7 @@ import re
 
 import pytest
 
-from activelearn.simulation.domain import DomainConfig, apply, build_dataset
+from activelearn.simulation.domain import DomainConfig, apply, build_dataset, generate_problems
 
 EXPRESSION = re.compile(r"(-?\d+) ([-+*]) (-?\d+) = (-?\d+)")
 
@@ -92,3 +92,8 @@ def test_the_difficulty_knobs_change_the_data():
     assert all(s.kind != "filler" for sol in clean.all_solutions() for s in sol.steps)
     long = build_dataset(40, 2, seed=1, config=DomainConfig(min_events=4, max_events=4))
     assert min(len(p.plan) for p in long.problems) >= 5
+
+
+def test_pool_held_out_and_pretraining_problems_of_one_seed_are_different_problems():
+    texts = {prefix: {p.text for p in generate_problems(50, seed=0, prefix=prefix)} for prefix in ("train", "eval")}
+    assert len(texts["train"] & texts["eval"]) <= 1  # independent draws; a rare collision is allowed
