@@ -13,8 +13,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import combinations
+from typing import Any
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import Exists, OuterRef, QuerySet
 
 from labeling.labelers import labeler_set_status
@@ -131,11 +133,12 @@ def summarise(outcomes: Sequence[GoldOutcome]) -> AgreementSummary:
     )
 
 
+# In progress is not judged yet; expired ones were served and not done.
+_FINISHED = (AssignmentStatus.SUBMITTED, AssignmentStatus.EXPIRED)
+
+
 def _finished_gold_assignments() -> QuerySet[Assignment]:
-    # In progress is not judged yet; expired ones were served and not done.
-    return Assignment.objects.filter(
-        task__kind__in=GOLD_KINDS, status__in=[AssignmentStatus.SUBMITTED, AssignmentStatus.EXPIRED]
-    )
+    return Assignment.objects.filter(task__kind__in=GOLD_KINDS, status__in=_FINISHED)
 
 
 # --- Selectors: agreement with gold -------------------------------------------
@@ -271,13 +274,30 @@ def labeler_rolling_quality(*, labeler: Labeler) -> AgreementSummary:
     return summarise(gold_outcomes(Assignment.objects.filter(pk__in=_rolling_window_ids(labeler=labeler))))
 
 
+# The rolling window: the labeler's last finished QC items (newest first)
+# since their status last changed. Written out rather than built by the ORM
+# because every hand-out reads it (labeler_quality_enforce), and building
+# the query cost ten times what running it does (docs/benchmarks.md). Served
+# by assignment_labeler_status_idx (labeler, status); a labeler's QC history
+# is small (tens of rows per generation).
+QC_WINDOW = """
+    SELECT a.id FROM labeling_assignment a JOIN labeling_task t ON t.id = a.task_id
+    WHERE a.labeler_id = %s AND a.status IN (%s, %s) AND t.kind = %s{since}
+    ORDER BY a.started_at DESC, a.id DESC
+    LIMIT %s
+"""
+
+
 def _rolling_window_ids(*, labeler: Labeler) -> list[int]:
-    qs = _finished_gold_assignments().filter(labeler=labeler, task__kind=TaskKind.QUALITY_CONTROL)
+    params: list[Any] = [labeler.pk, *_FINISHED, TaskKind.QUALITY_CONTROL]
+    since = ""
     if labeler.status_changed_at is not None:
-        qs = qs.filter(started_at__gt=labeler.status_changed_at)
-    # Served by assignment_labeler_status_idx (labeler, status); a labeler's
-    # QC history is small (tens of rows per generation).
-    return list(qs.order_by("-started_at", "-pk").values_list("pk", flat=True)[: settings.QC_WINDOW])
+        since = " AND a.started_at > %s"
+        params.append(connection.ops.adapt_datetimefield_value(labeler.status_changed_at))
+    params.append(settings.QC_WINDOW)
+    with connection.cursor() as cursor:
+        cursor.execute(QC_WINDOW.format(since=since), params)
+        return [int(row[0]) for row in cursor.fetchall()]
 
 
 def labeler_quality_enforce(*, labeler: Labeler, now: datetime | None = None) -> bool:

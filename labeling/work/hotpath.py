@@ -19,7 +19,18 @@ from typing import Any, TypeVar
 from django.db import connection, models
 from django.utils import timezone
 
-from labeling.models import Assignment, AssignmentStatus, Labeler, Problem, Solution, Task, TaskKind, TaskStatus
+from labeling.models import (
+    Assignment,
+    AssignmentStatus,
+    GenerationStatus,
+    Labeler,
+    Phase,
+    Problem,
+    Solution,
+    Task,
+    TaskKind,
+    TaskStatus,
+)
 
 # --- A rating click ------------------------------------------------------------
 
@@ -217,6 +228,21 @@ def assignment_touch(assignment: Assignment) -> None:
 
 
 # --- A hand-out ------------------------------------------------------------------
+
+# The open generations whose normal work is handed out (phase 1 and 2), in
+# the order the queue tries them (NULLs, phase 1's number, sort as the
+# ORM's order_by would). A scan of a table of a few rows; it runs on every
+# hand-out.
+OPEN_GENERATIONS = """
+    SELECT id FROM labeling_generation WHERE status = %s AND phase IN (%s, %s) ORDER BY number
+"""
+
+
+def open_generation_ids() -> list[int]:
+    with connection.cursor() as cursor:
+        cursor.execute(OPEN_GENERATIONS, [GenerationStatus.OPEN, Phase.ONE, Phase.TWO])
+        return [int(row[0]) for row in cursor.fetchall()]
+
 
 # The best open normal task of a generation that has a free place and that the
 # labeler has not had. Served by task_queue_idx (generation, status, -priority,

@@ -36,7 +36,6 @@ from labeling.labelers import labeler_can_take_work, labeler_needs_screening
 from labeling.models import (
     Assignment,
     AssignmentStatus,
-    Generation,
     GenerationStatus,
     GoldStep,
     Labeler,
@@ -47,7 +46,13 @@ from labeling.models import (
     TaskStatus,
 )
 from labeling.quality.control import labeler_quality_enforce, labeler_screening_conclude, screening_set_ids
-from labeling.work.hotpath import assignment_lease, labeler_locked, task_candidate, task_places
+from labeling.work.hotpath import (
+    assignment_lease,
+    labeler_locked,
+    open_generation_ids,
+    task_candidate,
+    task_places,
+)
 
 # Candidates locked per generation before giving up on it for this request;
 # a miss means another transaction assigned the row between our snapshot and
@@ -200,13 +205,9 @@ def _unseen_quality_control_ids(*, labeler: Labeler) -> list[int]:
 
 
 def _next_work(*, labeler: Labeler, now: datetime, rng: random.Random) -> Assignment | None:
-    generation_ids = list(
-        # Phase-1 work (one task per problem, on its placeholder solution) is
-        # served like phase-2 work, best priority first across generations.
-        Generation.objects.filter(status=GenerationStatus.OPEN, phase__in=[Phase.ONE, Phase.TWO])
-        .order_by("number")
-        .values_list("pk", flat=True)
-    )
+    # Phase-1 work (one task per problem, on its placeholder solution) is
+    # served like phase-2 work, best priority first across generations.
+    generation_ids = open_generation_ids()
     best: _Claim | None = None
     for generation_id in generation_ids:
         claim = _claim_in_generation(generation_id=generation_id, labeler=labeler, now=now)

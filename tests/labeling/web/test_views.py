@@ -262,7 +262,10 @@ def test_it_submits_and_hands_out_the_next_task_in_a_bounded_number_of_queries(
     assert response.status_code == 200
     statements = [q["sql"] for q in captured.captured_queries]
     assert sum(sql.startswith("SAVEPOINT") for sql in statements) == 1
-    assert sum('FROM "labeling_labeler"' in sql for sql in statements) == 1  # the labeler is read once
+    # The request's labeler row is read once (LABELER_OF_USER); the
+    # hand-out's lock reads its status again under the lock.
+    assert sum('"uuid"' in sql and "FROM labeling_labeler WHERE user_id" in sql for sql in statements) == 1
+    assert sum('FROM "labeling_labeler"' in sql for sql in statements) == 0  # not through the ORM too
     following = Assignment.objects.get(labeler=a.labeler, status=AssignmentStatus.IN_PROGRESS)
     assert f'data-assignment="{following.pk}"' in response.content.decode()
 
