@@ -280,7 +280,7 @@ def labeler_rolling_quality(*, labeler: Labeler) -> AgreementSummary:
 # the query cost ten times what running it does (docs/benchmarks.md). Served
 # by assignment_labeler_status_idx (labeler, status); a labeler's QC history
 # is small (tens of rows per generation).
-QC_WINDOW = """
+ROLLING_WINDOW_IDS = """
     SELECT a.id FROM labeling_assignment a JOIN labeling_task t ON t.id = a.task_id
     WHERE a.labeler_id = %s AND a.status IN (%s, %s) AND t.kind = %s{since}
     ORDER BY a.started_at DESC, a.id DESC
@@ -296,7 +296,7 @@ def _rolling_window_ids(*, labeler: Labeler) -> list[int]:
         params.append(connection.ops.adapt_datetimefield_value(labeler.status_changed_at))
     params.append(settings.QC_WINDOW)
     with connection.cursor() as cursor:
-        cursor.execute(QC_WINDOW.format(since=since), params)
+        cursor.execute(ROLLING_WINDOW_IDS.format(since=since), params)
         return [int(row[0]) for row in cursor.fetchall()]
 
 
