@@ -537,10 +537,9 @@ def report(title: str, result: dict[str, Any]) -> dict[str, Any]:
                "p95": pct(values, 95), "p99": pct(values, 99)}  # fmt: skip
         costs = result.get("costs", {}).get(name)
         if costs:
-            # q, tx, ping, app_us, pg_us per request (benchmarks.serving.probe).
-            mean = [statistics.fmean(c[i] for c in costs) for i in range(5)]
-            row.update(statements=mean[0], round_trips=mean[0] + 2 * mean[1] + mean[2],
-                       app_ms=mean[3] / 1000, pg_ms=mean[4] / 1000)  # fmt: skip
+            # q, tx, ping, app_us, pg_us, trips per request (benchmarks.serving.probe).
+            mean = [statistics.fmean(c[i] for c in costs) for i in range(6)]
+            row.update(statements=mean[0], round_trips=mean[5], app_ms=mean[3] / 1000, pg_ms=mean[4] / 1000)
         summary[name] = row
         extra = (f"{row['round_trips']:>7.1f}{row['statements']:>7.1f}{row['app_ms']:>8.2f}{row['pg_ms']:>7.2f}"
                  if costs else "")  # fmt: skip

@@ -8,14 +8,19 @@ endpoint:
   the first statement and COMMIT or ROLLBACK at the end);
 * ``ping``: connection health checks (``SELECT 1`` from CONN_HEALTH_CHECKS,
   sent around the execute wrappers);
+* ``trips``: round trips to PostgreSQL: psycopg's blocking calls that read an
+  answer (each runs one generator in its wait loop and reads the answers it
+  asked for before it returns; a pipelined execute only sends). Without
+  pipelining that is q + 2 tx + ping; a pipelined block
+  (labeling.work.hotpath.pipelined) sends several statements per exchange;
 * ``app_us``: CPU of the thread that ran the request, from this middleware in;
 * ``pg_us``: CPU of the PostgreSQL backend serving this worker's connection
   during the request, from ``/proc/<pid>/schedstat`` (nanoseconds, not
   scheduler ticks). Single-threaded workers own their connection, so no other
   request shares that backend meanwhile.
 
-Round trips = q + 2 tx + ping. The probe's own cost (two small file reads) is
-in ``app_us``; it is the same for the product and the floor.
+The probe's own cost (two small file reads, and a generator around each of
+psycopg's waits) is in ``app_us``; it is the same for the product and the floor.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ class _Counts(threading.local):
     def __init__(self) -> None:
         self.tx = 0
         self.ping = 0
+        self.trips = 0
 
 
 _counts = _Counts()
@@ -71,6 +77,32 @@ def _patch() -> None:
 
     DatabaseWrapper.is_usable = is_usable  # type: ignore[method-assign,assignment]
 
+    # Every blocking call of psycopg runs one generator in waiting.wait, which
+    # reads the answers it asked for before it returns: a call that waits to
+    # read (Wait.R) or reads what is there (Ready.R) is one round trip. A
+    # pipelined execute only sends.
+    from psycopg import waiting
+
+    original_wait = waiting.wait
+
+    def counting_wait(gen: Any, fileno: int, *args: Any, **kwargs: Any) -> Any:
+        def counted() -> Any:
+            read = False
+            try:
+                state = next(gen)
+                while True:
+                    ready = yield state
+                    if not read and (state == waiting.Wait.R or ready & waiting.Ready.R):
+                        read = True  # one exchange, however many reads (or wait timeouts) its answer takes
+                        _counts.trips += 1
+                    state = gen.send(ready)
+            except StopIteration as stop:
+                return stop.value
+
+        return original_wait(counted(), fileno, *args, **kwargs)
+
+    waiting.wait = counting_wait
+
 
 _patch()
 
@@ -99,7 +131,7 @@ class RequestCost:
             statements += 1
             return execute(sql, params, many, context)
 
-        _counts.tx = _counts.ping = 0
+        _counts.tx = _counts.ping = _counts.trips = 0
         pg0 = _backend_cpu_ns()
         t0 = time.thread_time_ns()
         with connection.execute_wrapper(count):
@@ -109,5 +141,8 @@ class RequestCost:
         # A connection opened during the request: all of its backend's CPU is this request's.
         start = pg0[1] if pg0 is not None and pg1 is not None and pg0[0] == pg1[0] else 0
         pg = 0 if pg1 is None else pg1[1] - start
-        response[HEADER] = f"q={statements};tx={_counts.tx};ping={_counts.ping};app_us={app // 1000};pg_us={pg // 1000}"
+        response[HEADER] = (
+            f"q={statements};tx={_counts.tx};ping={_counts.ping};app_us={app // 1000};pg_us={pg // 1000};"
+            f"trips={_counts.trips}"
+        )
         return response

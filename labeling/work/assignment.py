@@ -22,7 +22,13 @@ from django.utils import timezone
 
 from labeling.data.labels import label_steps_freeze
 from labeling.models import Assignment, AssignmentStatus, FinishReason
-from labeling.work.hotpath import RatingRow, assignment_finish_write, assignment_locked, task_close_when_complete
+from labeling.work.hotpath import (
+    RatingRow,
+    assignment_finish_write,
+    assignment_locked,
+    assignment_locked_with_ratings,
+    task_close_when_complete,
+)
 
 MAX_VERSION = 2_000_000_000  # StepRating.version is a PositiveIntegerField.
 
@@ -107,6 +113,18 @@ def assignment_lock_row(*, assignment_id: int, user_id: int | None, now: datetim
     ``task_lock``.
     """
     assignment = assignment_locked(assignment_id=assignment_id, user_id=user_id, task_lock=task_lock)
+    return _writable(assignment, assignment_id=assignment_id, now=now, task_lock=task_lock)
+
+
+def assignment_lock_row_with_ratings(
+    *, assignment_id: int, user_id: int | None, now: datetime, task_lock: bool
+) -> tuple[Assignment, list[RatingRow]]:
+    """assignment_lock_row and the assignment's stored ratings (rating_rows), in one round trip when pipelined."""
+    assignment, rows = assignment_locked_with_ratings(assignment_id=assignment_id, user_id=user_id, task_lock=task_lock)
+    return _writable(assignment, assignment_id=assignment_id, now=now, task_lock=task_lock), rows
+
+
+def _writable(assignment: Assignment | None, *, assignment_id: int, now: datetime, task_lock: bool) -> Assignment:
     if assignment is None:
         raise AssignmentNotFound(assignment_id)
     if assignment.status != AssignmentStatus.IN_PROGRESS:

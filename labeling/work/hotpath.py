@@ -12,6 +12,8 @@ serialises writers with its IMMEDIATE transactions instead.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -70,9 +72,12 @@ RATINGS_OF_ASSIGNMENT = """
 # "Create or overwrite, but only with a newer version", in one statement: the
 # rule holds in the statement itself, not only under the row lock. The
 # conflict target is step_rating_one_per_completion.
+# The step is named by (assignment, index), not by its id: a step added in the
+# same batch of writes has no id the service has read (LABELED_STEP_ADD
+# returns none, so that the batch is sent without waiting for it).
 RATING_UPSERT = """
     INSERT INTO labeling_steprating (step_id, completion_index, text, rating, flagged, version, updated_at)
-    VALUES (%s, %s, %s, %s, %s, %s, %s)
+    VALUES ((SELECT id FROM labeling_labeledstep WHERE assignment_id = %s AND "index" = %s), %s, %s, %s, %s, %s, %s)
     ON CONFLICT (step_id, completion_index) DO UPDATE SET rating = EXCLUDED.rating, flagged = EXCLUDED.flagged,
         version = EXCLUDED.version, updated_at = EXCLUDED.updated_at
     WHERE labeling_steprating.version < EXCLUDED.version
@@ -84,7 +89,13 @@ RATING_UPSERT = """
 # (assignment, index) would refuse a second row loudly.
 LABELED_STEP_ADD = """
     INSERT INTO labeling_labeledstep (assignment_id, "index", chosen_completion, human_completion)
-    VALUES (%s, %s, NULL, NULL) RETURNING id
+    VALUES (%s, %s, NULL, NULL)
+"""
+
+# The id of a step added in this transaction, for the rare write that needs
+# it (the alternatives of a step just rated -1). labeled_step_unique_index.
+LABELED_STEP_ID = """
+    SELECT id FROM labeling_labeledstep WHERE assignment_id = %s AND "index" = %s
 """
 
 # chosen_completion of some of an assignment's steps (0: the solution went on
@@ -107,7 +118,7 @@ ASSIGNMENT_TOUCH = """
 class RatingRow:
     """One stored phase-2 rating with its step, as the rating service reads them."""
 
-    step_id: int
+    step_id: int | None  # None: the step was added in this transaction and its id not read (labeled_step_id)
     index: int
     chosen: int | None
     completion: int
@@ -136,24 +147,65 @@ def _aware(value: datetime | str | None) -> datetime | None:
     return value
 
 
+@contextmanager
+def pipelined() -> Iterator[None]:
+    """The statements of the block go to PostgreSQL without waiting for each one's answer (its pipeline mode).
+
+    A fetch waits for the answers up to its own statement, the end of the
+    block for the rest: a rating's four writes cost one round trip instead of
+    four. The order of the statements and the transaction are unchanged; an
+    error of a statement is raised (as Django's error) by the next fetch or
+    at the end of the block, inside the caller's transaction, which then rolls
+    back. The ORM stays correct inside (annotate.postgresql syncs before it
+    reads a row count). On SQLite (nothing to wait for) a no-op.
+    """
+    if connection.vendor != "postgresql":
+        yield
+        return
+    connection.ensure_connection()
+    with connection.wrap_database_errors, connection.connection.pipeline():
+        yield
+
+
 def assignment_locked(*, assignment_id: int, user_id: int | None, task_lock: bool) -> Assignment | None:
     """The assignment row, locked, with its task and the solution's steps; None if not found (or not the owner's).
 
     ``task_lock``: lock the task row first (TASK_LOCK). One query, two with the task lock.
     """
+    return _assignment_locked(assignment_id=assignment_id, user_id=user_id, task_lock=task_lock, ratings=False)[0]
+
+
+def assignment_locked_with_ratings(
+    *, assignment_id: int, user_id: int | None, task_lock: bool
+) -> tuple[Assignment | None, list[RatingRow]]:
+    """assignment_locked and then its rating_rows, both sent before either answer is read.
+
+    Inside ``pipelined()`` the two (three with the task lock) cost one round
+    trip. The ratings are read under the lock just taken; when the lock found
+    nothing (not the owner's), they are read and thrown away.
+    """
+    return _assignment_locked(assignment_id=assignment_id, user_id=user_id, task_lock=task_lock, ratings=True)
+
+
+def _assignment_locked(
+    *, assignment_id: int, user_id: int | None, task_lock: bool, ratings: bool
+) -> tuple[Assignment | None, list[RatingRow]]:
     params: list[Any] = [assignment_id]
     owner = ""
     if user_id is not None:
         owner = OWNER
         params.append(user_id)
     lock = " FOR UPDATE OF a" if connection.features.has_select_for_update_of else ""
-    with connection.cursor() as cursor:
+    with connection.cursor() as cursor, connection.cursor() as ratings_cursor:
         if task_lock and connection.features.has_select_for_update:
             cursor.execute(TASK_LOCK.format(owner=owner), params)
         cursor.execute(ASSIGNMENT_LOCK.format(owner=owner, lock=lock), params)
+        if ratings:
+            ratings_cursor.execute(RATINGS_OF_ASSIGNMENT, [assignment_id])
         row = cursor.fetchone()
+        rows = _rating_rows(ratings_cursor.fetchall()) if ratings else []
         if row is None:
-            return None
+            return None, []
         values = dict(zip([c[0] for c in cursor.description], row, strict=True))
     assignment = _partial(Assignment, {k: v for k, v in values.items() if not k.startswith(("t_", "s_"))})
     for name in ("started_at", "last_activity_at", "lease_expires_at"):
@@ -180,33 +232,43 @@ def assignment_locked(*, assignment_id: int, user_id: int | None, task_lock: boo
     )
     task.solution = solution
     assignment.task = task
-    return assignment
+    return assignment, rows
 
 
 def rating_rows(assignment: Assignment) -> list[RatingRow]:
     with connection.cursor() as cursor:
         cursor.execute(RATINGS_OF_ASSIGNMENT, [assignment.pk])
-        return [
-            RatingRow(step_id=s, index=i, chosen=ch, completion=c, rating=r, version=v,
-                      flagged=None if f is None else bool(f), text=t)
-            for s, i, ch, c, r, v, f, t in cursor.fetchall()
-        ]  # fmt: skip
+        return _rating_rows(cursor.fetchall())
+
+
+def _rating_rows(fetched: list[tuple[Any, ...]]) -> list[RatingRow]:
+    return [
+        RatingRow(step_id=s, index=i, chosen=ch, completion=c, rating=r, version=v,
+                  flagged=None if f is None else bool(f), text=t)
+        for s, i, ch, c, r, v, f, t in fetched
+    ]  # fmt: skip
 
 
 def rating_upsert(
-    *, step_id: int, completion_index: int, text: str, rating: int | None, flagged: bool | None, version: int,
-    now: datetime,
+    *, assignment_id: int, index: int, completion_index: int, text: str, rating: int | None, flagged: bool | None,
+    version: int, now: datetime,
 ) -> None:  # fmt: skip
     with connection.cursor() as cursor:
         cursor.execute(
             RATING_UPSERT,
-            [step_id, completion_index, text, rating, flagged, version, connection.ops.adapt_datetimefield_value(now)],
-        )
+            [assignment_id, index, completion_index, text, rating, flagged, version,
+             connection.ops.adapt_datetimefield_value(now)],
+        )  # fmt: skip
 
 
-def labeled_step_add(*, assignment_id: int, index: int) -> int:
+def labeled_step_add(*, assignment_id: int, index: int) -> None:
     with connection.cursor() as cursor:
         cursor.execute(LABELED_STEP_ADD, [assignment_id, index])
+
+
+def labeled_step_id(*, assignment_id: int, index: int) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(LABELED_STEP_ID, [assignment_id, index])
         return int(cursor.fetchone()[0])
 
 

@@ -42,7 +42,7 @@ from labeling.work.assignment import (
     NotFinished,
     RatingRejected,
     assignment_finish,
-    assignment_lock_row,
+    assignment_lock_row_with_ratings,
     assignment_time_add,
     is_phase_one,
     rating_request_check,
@@ -53,6 +53,8 @@ from labeling.work.hotpath import (
     assignment_touch,
     chosen_completion_set,
     labeled_step_add,
+    labeled_step_id,
+    pipelined,
     rating_rows,
     rating_upsert,
 )
@@ -113,10 +115,13 @@ def step_rate(
     now = now or timezone.now()
 
     def rate(*, task_lock: bool) -> Rated:
-        with transaction.atomic():
-            locked = assignment_lock_row(assignment_id=assignment_id, user_id=user_id, now=now, task_lock=task_lock)
-            rated, _rows = _rate(locked, rating_rows(locked), step_index, completion_index, rating, flagged, version,
-                                 now=now)  # fmt: skip
+        # Pipelined: the locking read and the ratings are one round trip, the
+        # writes after them one more (labeling.work.hotpath.pipelined).
+        with transaction.atomic(), pipelined():
+            locked, rows = assignment_lock_row_with_ratings(
+                assignment_id=assignment_id, user_id=user_id, now=now, task_lock=task_lock
+            )
+            rated, _rows = _rate(locked, rows, step_index, completion_index, rating, flagged, version, now=now)
             if rated.applied:
                 _touch(locked, now=now)
             return rated
@@ -178,17 +183,19 @@ def _rate(
     # The release stores an unflagged original step as null and an
     # unflagged alternative as false; we write the same.
     stored_flag: bool | None = True if flagged else (None if completion_index == 0 else False)
-    step_id = next((r.step_id for r in rows if r.index == step_index), None)
-    added_step = step_id is None
-    if step_id is None:
+    step_row = next((r for r in rows if r.index == step_index), None)
+    added_step = step_row is None
+    if step_row is None:
         # No get_or_create needed: the assignment row lock serialises
         # writers. Created as the last labeled step: chosen_completion null.
-        step_id = labeled_step_add(assignment_id=locked.pk, index=step_index)
+        labeled_step_add(assignment_id=locked.pk, index=step_index)
+    step_id = None if step_row is None else step_row.step_id
     # A change of state: the state version moves past it (and past every
     # rating version, which the page's plain-form clicks number from it).
     locked.version = max(locked.version + 1, version)
     rating_upsert(
-        step_id=step_id,
+        assignment_id=locked.pk,
+        index=step_index,
         completion_index=completion_index,
         text=text,
         rating=rating,
@@ -285,9 +292,11 @@ def presses_apply(
     now = now or timezone.now()
 
     def apply(*, task_lock: bool) -> Pressed:
-        with transaction.atomic():
-            locked = assignment_lock_row(assignment_id=assignment_id, user_id=user_id, now=now, task_lock=task_lock)
-            rows = rating_rows(locked)
+        # Pipelined as step_rate: two round trips for the batch, however many presses.
+        with transaction.atomic(), pipelined():
+            locked, rows = assignment_lock_row_with_ratings(
+                assignment_id=assignment_id, user_id=user_id, now=now, task_lock=task_lock
+            )
             applied = 0
             reshaped = False
             refusal: PressRefusal | None = None
@@ -366,6 +375,8 @@ def _keep_trajectory_consistent(
         )
         if alternatives:
             step_id = next(r.step_id for r in rows if r.index == stop)
+            if step_id is None:  # added by this very click
+                step_id = labeled_step_id(assignment_id=assignment.pk, index=stop)
             StepRating.objects.bulk_create(
                 StepRating(step_id=step_id, completion_index=a.ordinal, text=a.text, rating=None, flagged=False)
                 for a in alternatives
@@ -402,14 +413,15 @@ def _submit_locked(*, assignment_id: int, user_id: int | None, version: int | No
     # Inside the caller's transaction: lock, read, attach or finish. Not
     # finished is not an exception here, so that alternatives just attached
     # are committed before the caller refuses the submit.
-    locked = assignment_lock_row(assignment_id=assignment_id, user_id=user_id, now=now, task_lock=True)
+    locked, rows = assignment_lock_row_with_ratings(
+        assignment_id=assignment_id, user_id=user_id, now=now, task_lock=True
+    )
     if version is not None and version != locked.version:
         raise TaskChanged("This task changed in another tab. Here is what is stored: check it, then submit.")
     if is_phase_one(locked):
         # Phase 1 ends when the solution reaches a final answer (labeling.work.phase_one).
         raise NotFinished("Continue until the solution reaches its final answer, or give up.")
     steps = locked.task.solution.steps or []
-    rows = rating_rows(locked)
     # Alternatives generated for the error step are attached here and
     # committed, then the labeler rates them before finishing.
     attach = alternatives_attach_locked(locked, steps, rows)
@@ -442,7 +454,7 @@ def assignment_submit(
     stored state is another (the labeler submits only what they saw).
     """
     now = now or timezone.now()
-    with transaction.atomic():
+    with transaction.atomic(), pipelined():
         submitted = _submit_locked(assignment_id=assignment_id, user_id=user_id, version=version, now=now)
     return _finished(submitted)
 
@@ -475,7 +487,8 @@ def assignment_submit_and_next(
     now = now or timezone.now()
     for attempt in (1, 2):
         try:
-            with transaction.atomic():
+            # Pipelined: the submit's writes travel with the hand-out's first read.
+            with transaction.atomic(), pipelined():
                 submitted = _submit_locked(assignment_id=assignment_id, user_id=user_id, version=version, now=now)
                 following = (
                     assignment_next_in_transaction(labeler=labeler, now=now) if submitted.reason is not None else None
