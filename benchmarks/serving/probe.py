@@ -8,9 +8,8 @@ endpoint:
   the first statement and COMMIT or ROLLBACK at the end);
 * ``ping``: connection health checks (``SELECT 1`` from CONN_HEALTH_CHECKS,
   sent around the execute wrappers);
-* ``trips``: round trips to PostgreSQL: psycopg's blocking calls that read an
-  answer (each runs one generator in its wait loop and reads the answers it
-  asked for before it returns; a pipelined execute only sends). Without
+* ``trips``: round trips to PostgreSQL: the times psycopg waits for an answer
+  (or reads one that came while it was still sending). Without
   pipelining that is q + 2 tx + ping; a pipelined block
   (labeling.work.hotpath.pipelined) sends several statements per exchange;
 * ``app_us``: CPU of the thread that ran the request, from this middleware in;
@@ -78,25 +77,32 @@ def _patch() -> None:
     DatabaseWrapper.is_usable = is_usable  # type: ignore[method-assign,assignment]
 
     # Every blocking call of psycopg runs one generator in waiting.wait, which
-    # reads the answers it asked for before it returns: a call that waits to
-    # read (Wait.R) or reads what is there (Ready.R) is one round trip. A
-    # pipelined execute only sends.
+    # reads the answers it asked for before it returns. Each wait for an
+    # answer (Wait.R; not its continuation after the loop's interval) is a
+    # round trip: a statement's first execute in a transaction waits twice,
+    # for BEGIN and for itself. A call that read an answer without waiting
+    # (it came while psycopg was still sending) is one. A pipelined execute
+    # only sends.
     from psycopg import waiting
 
     original_wait = waiting.wait
 
     def counting_wait(gen: Any, fileno: int, *args: Any, **kwargs: Any) -> Any:
         def counted() -> Any:
-            read = False
+            waits = 0  # for an answer: a BEGIN and the statement after it are two in one call
+            read = False  # an answer, perhaps without waiting (already there while sending)
+            timed_out = False
             try:
                 state = next(gen)
                 while True:
+                    if state == waiting.Wait.R and not timed_out:
+                        waits += 1
                     ready = yield state
-                    if not read and (state == waiting.Wait.R or ready & waiting.Ready.R):
-                        read = True  # one exchange, however many reads (or wait timeouts) its answer takes
-                        _counts.trips += 1
+                    read = read or bool(ready & waiting.Ready.R)
+                    timed_out = not ready  # the wait loop's interval ran out: the same wait goes on
                     state = gen.send(ready)
             except StopIteration as stop:
+                _counts.trips += max(waits, int(read))
                 return stop.value
 
         return original_wait(counted(), fileno, *args, **kwargs)

@@ -31,11 +31,13 @@ postgresql_only = pytest.mark.skipif(connection.vendor != "postgresql", reason="
 
 
 class RoundTrips:
-    """Counts psycopg's exchanges with PostgreSQL: its waits that read an answer (as benchmarks.serving.probe does).
+    """Counts psycopg's round trips to PostgreSQL, as benchmarks.serving.probe does.
 
     Each blocking call of psycopg runs one generator in ``waiting.wait`` and
-    reads the answers it asked for before it returns; a pipelined execute only
-    sends, and reads nothing.
+    reads the answers it asked for before it returns: each wait for an answer
+    is a round trip (a first execute waits for BEGIN and for itself), and so
+    is a call that found its answer already there. A pipelined execute only
+    sends.
     """
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -44,16 +46,20 @@ class RoundTrips:
 
         def counting_wait(gen: Any, fileno: int, *args: Any, **kwargs: Any) -> Any:
             def counted() -> Any:
-                read = False
+                waits = 0  # for an answer: a BEGIN and the statement after it are two in one call
+                read = False  # an answer, perhaps without waiting (already there while sending)
+                timed_out = False
                 try:
                     state = next(gen)
                     while True:
+                        if state == waiting.Wait.R and not timed_out:
+                            waits += 1
                         ready = yield state
-                        if not read and (state == waiting.Wait.R or ready & waiting.Ready.R):
-                            read = True  # one exchange, however many reads its answer takes
-                            self.count += 1
+                        read = read or bool(ready & waiting.Ready.R)
+                        timed_out = not ready  # the wait loop's interval ran out: the same wait goes on
                         state = gen.send(ready)
                 except StopIteration as stop:
+                    self.count += max(waits, int(read))
                     return stop.value
 
             return original(counted(), fileno, *args, **kwargs)
@@ -93,6 +99,18 @@ def test_a_batch_of_key_presses_costs_four_round_trips_and_stores_each_press(mon
     assert _stored(a) == [(0, 0, 0, 1, None), (1, 0, 0, 0, None), (2, None, 0, 1, True)]
     a.refresh_from_db()
     assert a.version == 4
+
+
+@postgresql_only
+@pytest.mark.django_db(transaction=True)
+def test_the_round_trip_count_is_one_per_statement_without_a_pipeline(monkeypatch):
+    # What the count means, on a transaction everyone can count by hand.
+    connection.ensure_connection()
+    trips = RoundTrips(monkeypatch)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+        cursor.execute("SELECT 2")
+    assert trips.count == 4  # BEGIN, two statements, COMMIT
 
 
 @postgresql_only
