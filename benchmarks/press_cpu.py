@@ -1,0 +1,100 @@
+"""App CPU of one key press in one process, with and without PostgreSQL's pipeline mode, and where it goes.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/annotate_prof CACHE_URL=redis://127.0.0.1:6379/9 \\
+      DEBUG=false SECRET_KEY=... .venv/bin/python benchmarks/press_cpu.py [--rounds 8] [--presses 200] [--profile]
+
+Run it on a copy of the benchmark database (``createdb -T annotate_bench_hotpath
+annotate_prof``): it signs up a labeler, takes a task and rates its first step
+again and again through ``/assignments/<pk>/presses/`` with Django's test
+client (no HTTP server, no other process). Each round measures the CPU of
+this thread (``time.thread_time``) per press, alternating ``pipelined()`` on
+and replaced by a no-op; medians and every round are printed. ``--profile``
+then prints a cProfile of the pipelined press on the same clock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import json
+import os
+import pstats
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+from unittest import mock
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "annotate.settings")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=8, help="rounds of each mode, alternating")
+    parser.add_argument("--presses", type=int, default=200, help="key presses per round")
+    parser.add_argument("--profile", action="store_true", help="then profile --presses pipelined presses")
+    args = parser.parse_args()
+
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.contrib.auth.models import User
+    from django.db import connection
+    from django.test import Client
+
+    import labeling.work.rating as rating
+    from labeling.models import Assignment, AssignmentStatus, Labeler, LabelerStatus
+
+    if connection.vendor != "postgresql":
+        sys.exit("press_cpu: DATABASE_URL must name a PostgreSQL copy of the benchmark database")
+    settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]
+    user = User.objects.create_user(username=f"press-cpu-{uuid.uuid4().hex[:8]}", password=uuid.uuid4().hex)
+    labeler = Labeler.objects.create(user=user, status=LabelerStatus.ACTIVE)
+    client = Client()
+    client.force_login(user)
+    client.post("/next/")
+    assignment = Assignment.objects.get(labeler=labeler, status=AssignmentStatus.IN_PROGRESS)
+    version = assignment.version
+
+    def press(i: int) -> None:
+        nonlocal version
+        body = {"presses": [{"step": 0, "completion": 0, "version": version, "rating": i % 2}]}
+        response = client.post(
+            f"/assignments/{assignment.pk}/presses/", data=json.dumps(body), content_type="application/json"
+        )
+        if response.status_code != 200:
+            sys.exit(f"press_cpu: the press answered {response.status_code}: {response.content[:200]!r}")
+        version = response.json()["version"]
+
+    for i in range(50):  # warm: connections, caches, the templates
+        press(i)
+    cpu: dict[str, list[float]] = {"pipelined": [], "plain": []}
+    for r in range(args.rounds):
+        for mode in ("pipelined", "plain") if r % 2 else ("plain", "pipelined"):
+            # The services' pipelined() (labeling.work.hotpath), or nothing in its place.
+            off = mock.patch.object(rating, "pipelined", contextlib.nullcontext)
+            with off if mode == "plain" else contextlib.nullcontext():
+                start = time.thread_time()
+                for i in range(args.presses):
+                    press(i)
+                cpu[mode].append((time.thread_time() - start) / args.presses * 1000)
+    for mode, values in cpu.items():
+        rounds = " ".join(f"{v:.2f}" for v in values)
+        print(f"{mode:<10} app CPU per key press: median {statistics.median(values):.3f} ms (rounds: {rounds})")
+    print(f"pipelined / plain: {statistics.median(cpu['pipelined']) / statistics.median(cpu['plain']):.3f}")
+
+    if args.profile:
+        profile = cProfile.Profile(time.thread_time)
+        profile.enable()
+        for i in range(args.presses):
+            press(i)
+        profile.disable()
+        pstats.Stats(profile).sort_stats("cumulative").print_stats(40)
+
+
+if __name__ == "__main__":
+    main()
