@@ -76,38 +76,15 @@ def _patch() -> None:
 
     DatabaseWrapper.is_usable = is_usable  # type: ignore[method-assign,assignment]
 
-    # Every blocking call of psycopg runs one generator in waiting.wait, which
-    # reads the answers it asked for before it returns. Each wait for an
-    # answer (Wait.R; not its continuation after the loop's interval) is a
-    # round trip: a statement's first execute in a transaction waits twice,
-    # for BEGIN and for itself. A call that read an answer without waiting
-    # (it came while psycopg was still sending) is one. A pipelined execute
-    # only sends.
+    # Round trips where psycopg waits for them (benchmarks.serving.roundtrips).
     from psycopg import waiting
 
-    original_wait = waiting.wait
+    from benchmarks.serving.roundtrips import counting_wait
 
-    def counting_wait(gen: Any, fileno: int, *args: Any, **kwargs: Any) -> Any:
-        def counted() -> Any:
-            waits = 0  # for an answer: a BEGIN and the statement after it are two in one call
-            read = False  # an answer, perhaps without waiting (already there while sending)
-            timed_out = False
-            try:
-                state = next(gen)
-                while True:
-                    if state == waiting.Wait.R and not timed_out:
-                        waits += 1
-                    ready = yield state
-                    read = read or bool(ready & waiting.Ready.R)
-                    timed_out = not ready  # the wait loop's interval ran out: the same wait goes on
-                    state = gen.send(ready)
-            except StopIteration as stop:
-                _counts.trips += max(waits, int(read))
-                return stop.value
+    def add(trips: int) -> None:
+        _counts.trips += trips
 
-        return original_wait(counted(), fileno, *args, **kwargs)
-
-    waiting.wait = counting_wait
+    waiting.wait = counting_wait(waiting.wait, add)
 
 
 _patch()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import random
 from datetime import timedelta
-from typing import Any
 
 import pytest
 from django.db import IntegrityError, connection, transaction
@@ -21,6 +20,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from psycopg import waiting
 
+from benchmarks.serving.roundtrips import counting_wait
 from labeling.models import Assignment, FinishReason, LabeledStep, StepRating
 from labeling.work.hotpath import labeled_step_add, pipelined
 from labeling.work.queue import assignment_next
@@ -31,40 +31,15 @@ postgresql_only = pytest.mark.skipif(connection.vendor != "postgresql", reason="
 
 
 class RoundTrips:
-    """Counts psycopg's round trips to PostgreSQL, as benchmarks.serving.probe does.
-
-    Each blocking call of psycopg runs one generator in ``waiting.wait`` and
-    reads the answers it asked for before it returns: each wait for an answer
-    is a round trip (a first execute waits for BEGIN and for itself), and so
-    is a call that found its answer already there. A pipelined execute only
-    sends.
-    """
+    """Counts psycopg's round trips to PostgreSQL, as the benchmark's probe does (benchmarks.serving.roundtrips)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.count = 0
-        original = waiting.wait
 
-        def counting_wait(gen: Any, fileno: int, *args: Any, **kwargs: Any) -> Any:
-            def counted() -> Any:
-                waits = 0  # for an answer: a BEGIN and the statement after it are two in one call
-                read = False  # an answer, perhaps without waiting (already there while sending)
-                timed_out = False
-                try:
-                    state = next(gen)
-                    while True:
-                        if state == waiting.Wait.R and not timed_out:
-                            waits += 1
-                        ready = yield state
-                        read = read or bool(ready & waiting.Ready.R)
-                        timed_out = not ready  # the wait loop's interval ran out: the same wait goes on
-                        state = gen.send(ready)
-                except StopIteration as stop:
-                    self.count += max(waits, int(read))
-                    return stop.value
+        def add(trips: int) -> None:
+            self.count += trips
 
-            return original(counted(), fileno, *args, **kwargs)
-
-        monkeypatch.setattr(waiting, "wait", counting_wait)
+        monkeypatch.setattr(waiting, "wait", counting_wait(waiting.wait, add))
 
 
 def _started() -> Assignment:
