@@ -115,8 +115,8 @@ def step_rate(
     now = now or timezone.now()
 
     def rate(*, task_lock: bool) -> Rated:
-        # Pipelined: the locking read and the ratings are one round trip, the
-        # writes after them one more (labeling.work.hotpath.pipelined).
+        # Pipelined (labeling.work.hotpath.pipelined): four round trips in
+        # all, BEGIN, the locking read with the ratings, the writes, COMMIT.
         with transaction.atomic(), pipelined():
             locked, rows = assignment_lock_row_with_ratings(
                 assignment_id=assignment_id, user_id=user_id, now=now, task_lock=task_lock
@@ -292,7 +292,7 @@ def presses_apply(
     now = now or timezone.now()
 
     def apply(*, task_lock: bool) -> Pressed:
-        # Pipelined as step_rate: two round trips for the batch, however many presses.
+        # Pipelined as step_rate: four round trips for the batch, however many presses.
         with transaction.atomic(), pipelined():
             locked, rows = assignment_lock_row_with_ratings(
                 assignment_id=assignment_id, user_id=user_id, now=now, task_lock=task_lock
