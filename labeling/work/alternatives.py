@@ -83,9 +83,7 @@ def alternatives_attach_locked(locked: Assignment, steps: list[str], rows: list[
         ],
         ignore_conflicts=True,
     )
-    step_id = next(r.step_id for r in rows if r.index == stop)
-    if step_id is None:  # added in this transaction
-        step_id = labeled_step_id(assignment_id=locked.pk, index=stop)
+    step_id = labeled_step_id(assignment_id=locked.pk, index=stop, rows=rows)
     StepRating.objects.bulk_create(
         StepRating(step_id=step_id, completion_index=a.ordinal, text=a.text, rating=None, flagged=False)
         for a in StepAlternative.objects.filter(solution_id=solution_id, step_index=stop).order_by("ordinal")

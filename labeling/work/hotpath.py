@@ -266,7 +266,11 @@ def labeled_step_add(*, assignment_id: int, index: int) -> None:
         cursor.execute(LABELED_STEP_ADD, [assignment_id, index])
 
 
-def labeled_step_id(*, assignment_id: int, index: int) -> int:
+def labeled_step_id(*, assignment_id: int, index: int, rows: list[RatingRow]) -> int:
+    """The id of step ``index``: from ``rows`` (a step rated before), else read (a step added in this transaction)."""
+    known = next(r.step_id for r in rows if r.index == index)
+    if known is not None:
+        return known
     with connection.cursor() as cursor:
         cursor.execute(LABELED_STEP_ID, [assignment_id, index])
         return int(cursor.fetchone()[0])

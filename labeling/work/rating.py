@@ -374,9 +374,7 @@ def _keep_trajectory_consistent(
             StepAlternative.objects.filter(solution_id=assignment.task.solution_id, step_index=stop).order_by("ordinal")
         )
         if alternatives:
-            step_id = next(r.step_id for r in rows if r.index == stop)
-            if step_id is None:  # added by this very click
-                step_id = labeled_step_id(assignment_id=assignment.pk, index=stop)
+            step_id = labeled_step_id(assignment_id=assignment.pk, index=stop, rows=rows)
             StepRating.objects.bulk_create(
                 StepRating(step_id=step_id, completion_index=a.ordinal, text=a.text, rating=None, flagged=False)
                 for a in alternatives
