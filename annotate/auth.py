@@ -49,7 +49,9 @@ class ModelBackend(DjangoModelBackend):
             return None
         sql, names = _user_load()
         alias = router.db_for_read(User)
-        with connections[alias].cursor() as cursor:
+        db = connections[alias]
+        # Prepared on PostgreSQL (annotate.postgresql): it runs on every request.
+        with db.prepared_cursor() if db.vendor == "postgresql" else db.cursor() as cursor:  # type: ignore[attr-defined]
             cursor.execute(sql, [pk])
             row = cursor.fetchone()
         if row is None:

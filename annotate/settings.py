@@ -179,6 +179,9 @@ def _database_config() -> dict[str, Any]:
 
 
 DATABASES = {"default": _database_config()}
+# The hot path's fixed statements are prepared on the server (annotate.postgresql).
+# Off behind a pooler that cannot carry prepared statements (docs/operations.md).
+DATABASE_PREPARED_STATEMENTS = envbool("DATABASE_PREPARED_STATEMENTS", True)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -53,3 +53,27 @@ def test_a_connection_the_server_closed_is_replaced_before_the_request_uses_it(
         cursor.execute("SELECT pg_backend_pid()")
         (new_pid,) = cursor.fetchone()
     assert new_pid != old_pid
+
+
+@pytest.mark.django_db
+def test_a_prepared_statement_runs_again_on_the_connection_that_replaced_a_dead_one(persistent: Any) -> None:
+    # Prepared statements live and die with their connection: the new one prepares them afresh.
+    def prepared_pid() -> tuple[int, int]:
+        with persistent.prepared_cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid(), %s::int + 1", [41])
+            pid, answer = cursor.fetchone()
+        with persistent.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_prepared_statements")
+            (count,) = cursor.fetchone()
+        assert (answer, count) == (42, 1)
+        return pid, count
+
+    old_pid, _ = prepared_pid()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [old_pid])
+    deadline = time.monotonic() + 10
+    while persistent._idle_connection_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    persistent.health_check_done = False  # the next request
+    new_pid, _ = prepared_pid()
+    assert new_pid != old_pid
