@@ -1,7 +1,8 @@
 """App CPU of one key press in one process, with and without PostgreSQL's pipeline mode, and where it goes.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/annotate_prof CACHE_URL=redis://127.0.0.1:6379/9 \\
-      DEBUG=false SECRET_KEY=... .venv/bin/python benchmarks/press_cpu.py [--rounds 8] [--presses 200] [--profile]
+      DEBUG=false SECRET_KEY=... .venv/bin/python benchmarks/press_cpu.py [--rounds 8] [--presses 200] \\
+      [--profile [--sort tottime] [--lines 60]]
 
 Run it on a copy of the benchmark database (``createdb -T annotate_bench_hotpath
 annotate_prof``): it signs up a labeler, takes a task and rates its first step
@@ -36,6 +37,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=8, help="rounds of each mode, alternating")
     parser.add_argument("--presses", type=int, default=200, help="key presses per round")
     parser.add_argument("--profile", action="store_true", help="then profile --presses pipelined presses")
+    parser.add_argument("--sort", default="cumulative", help="the profile's order (pstats: cumulative, tottime, ...)")
+    parser.add_argument("--lines", type=int, default=40, help="how many lines of the profile to print")
     args = parser.parse_args()
 
     import django
@@ -93,7 +96,7 @@ def main() -> None:
         for i in range(args.presses):
             press(i)
         profile.disable()
-        pstats.Stats(profile).sort_stats("cumulative").print_stats(40)
+        pstats.Stats(profile).sort_stats(args.sort).print_stats(args.lines)
 
 
 if __name__ == "__main__":
