@@ -24,6 +24,8 @@ from django.core.exceptions import PermissionDenied
 from django.db import connections, router
 from django.http import HttpRequest
 
+from annotate.postgresql import prepared_cursor
+
 
 @cache
 def _user_load() -> tuple[str, list[str]]:
@@ -49,9 +51,8 @@ class ModelBackend(DjangoModelBackend):
             return None
         sql, names = _user_load()
         alias = router.db_for_read(User)
-        db = connections[alias]
         # Prepared on PostgreSQL (annotate.postgresql): it runs on every request.
-        with db.prepared_cursor() if db.vendor == "postgresql" else db.cursor() as cursor:  # type: ignore[attr-defined]
+        with prepared_cursor(connections[alias]) as cursor:
             cursor.execute(sql, [pk])
             row = cursor.fetchone()
         if row is None:

@@ -97,7 +97,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
         params: dict[str, Any] = super().get_connection_params()
         if params.get("cursor_factory") is DjangoCursor:  # not with OPTIONS server_side_binding
             params["cursor_factory"] = Cursor
-        if params.get("prepare_threshold") is None and _prepared_statements():
+        if params.get("prepare_threshold") is None and settings.DATABASE_PREPARED_STATEMENTS:
             params["prepare_threshold"] = _PREPARE_ONLY_WHEN_ASKED
         return params
 
@@ -142,7 +142,3 @@ class DatabaseWrapper(base.DatabaseWrapper):
         # Readable while idle: PostgreSQL said goodbye (or sent a notice we
         # never asked for); either way the connection is not worth keeping.
         return not poller.poll(0)
-
-
-def _prepared_statements() -> bool:
-    return bool(getattr(settings, "DATABASE_PREPARED_STATEMENTS", True))

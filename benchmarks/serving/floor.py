@@ -24,6 +24,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import path
 from django.utils import timezone
 
+from annotate.postgresql import prepared_cursor
 from labeling.work.hotpath import TASK_CANDIDATE
 
 OWNER = "(SELECT id FROM labeling_labeler WHERE user_id = %(user)s)"
@@ -138,12 +139,6 @@ def _panel(assignment: int, steps: Any, problem: str, version: int) -> str:
     )
 
 
-def _prepared() -> Any:
-    # As the product's fixed statements (labeling.work.hotpath): prepared on
-    # the server, so that the floor pays no more planning than the product.
-    return connection.prepared_cursor()  # type: ignore[attr-defined]  # annotate.postgresql's
-
-
 def _lease_next(cursor: Any, params: dict[str, Any], labeler: int) -> tuple[int, Any, str, int] | None:
     # The candidate search is planned on every run, as the product's.
     with connection.cursor() as search:
@@ -208,7 +203,9 @@ def rate(request: HttpRequest, pk: int, step: int, completion: int) -> HttpRespo
     params = _params(request, a=pk, i=step, rating=int(raw) if raw else None, v=int(request.POST["version"]))
     if params is None:
         return HttpResponse(status=403)
-    with _prepared() as cursor:
+    # Prepared as the product's fixed statements (labeling.work.hotpath), so
+    # that the floor pays no more planning than the product.
+    with prepared_cursor(connection) as cursor:
         cursor.execute(RATE, params)
         owned, written = cursor.fetchone()
     if not owned:
@@ -227,7 +224,7 @@ def presses(request: HttpRequest, pk: int) -> HttpResponse:
     params = _params(request, a=pk, i=int(press["step"]), rating=press.get("rating"), v=int(press["version"]))
     if params is None:
         return HttpResponse(status=403)
-    with _prepared() as cursor:
+    with prepared_cursor(connection) as cursor:
         cursor.execute(PRESS, params)
         owned, _written = cursor.fetchone()
     if not owned:
@@ -240,7 +237,7 @@ def submit(request: HttpRequest, pk: int) -> HttpResponse:
     if params is None:
         return HttpResponse(status=403)
     params["generation"] = _GENERATION[0] if _GENERATION else _generation()
-    with transaction.atomic(), _prepared() as cursor:
+    with transaction.atomic(), prepared_cursor(connection) as cursor:
         cursor.execute(FINISH, params)
         finished = cursor.fetchone()
         if finished is None:

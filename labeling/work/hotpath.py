@@ -22,6 +22,7 @@ from django.db import connection, models
 from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 
+from annotate.postgresql import prepared_cursor
 from labeling.models import (
     Assignment,
     AssignmentStatus,
@@ -150,12 +151,11 @@ def _aware(value: datetime | str | None) -> datetime | None:
 
 def _cursor() -> CursorWrapper:
     # Every statement of this module but the candidate search is keyed by
-    # primary or unique keys: one plan fits every value, so PostgreSQL
-    # prepares it once per connection (annotate.postgresql.prepared_cursor)
-    # instead of parsing and planning it on every click.
-    if connection.vendor == "postgresql":
-        return connection.prepared_cursor()  # type: ignore[attr-defined,no-any-return]  # annotate.postgresql's
-    return connection.cursor()
+    # primary or unique keys (OPEN_GENERATIONS runs with the same values every
+    # time): one plan fits every run, so PostgreSQL prepares it once per
+    # connection (annotate.postgresql) instead of parsing and planning it on
+    # every click.
+    return prepared_cursor(connection)
 
 
 @contextmanager
