@@ -22,6 +22,7 @@ from django.contrib.auth.backends import ModelBackend as DjangoModelBackend
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.db import connections, router
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.http import HttpRequest
 
 from annotate.postgresql import prepared_cursor
@@ -32,6 +33,27 @@ def _user_load() -> tuple[str, list[str]]:
     fields = User._meta.concrete_fields
     columns = ", ".join(f'"{f.column}"' for f in fields)
     return f'SELECT {columns} FROM "{User._meta.db_table}" WHERE "id" = %s', [f.attname for f in fields]
+
+
+def _converted(db: BaseDatabaseWrapper, row: tuple[Any, ...]) -> list[Any]:
+    # The ORM's own converters, as its compiler applies them to a row: SQLite
+    # hands datetimes back as naive text, which the ORM makes aware.
+    values = list(row)
+    for i, converters in _converters(db.alias):
+        for convert, column in converters:
+            values[i] = convert(values[i], column, db)
+    return values
+
+
+@cache
+def _converters(alias: str) -> list[tuple[int, list[tuple[Any, Any]]]]:
+    db = connections[alias]
+    found = []
+    for i, field in enumerate(User._meta.concrete_fields):
+        column = field.get_col(User._meta.db_table)
+        if converters := db.ops.get_db_converters(column) + column.get_db_converters(db):
+            found.append((i, [(convert, column) for convert in converters]))
+    return found
 
 
 class ModelBackend(DjangoModelBackend):
@@ -57,5 +79,5 @@ class ModelBackend(DjangoModelBackend):
             row = cursor.fetchone()
         if row is None:
             return None
-        user = User.from_db(alias, names, list(row))
+        user = User.from_db(alias, names, _converted(connections[alias], row))
         return user if self.user_can_authenticate(user) else None
