@@ -2,7 +2,7 @@
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/annotate_prof CACHE_URL=redis://127.0.0.1:6379/9 \\
       DEBUG=false SECRET_KEY=... .venv/bin/python benchmarks/press_cpu.py [--rounds 8] [--presses 200] \\
-      [--profile [--sort tottime] [--lines 60]]
+      [--profile [--sort tottime] [--lines 60]] [--submit]
 
 Run it on a copy of the benchmark database (``createdb -T annotate_bench_hotpath
 annotate_prof``): it signs up a labeler, takes a task and rates its first step
@@ -11,6 +11,11 @@ client (no HTTP server, no other process). Each round measures the CPU of
 this thread (``time.thread_time``) per press, alternating ``pipelined()`` on
 and replaced by a no-op; medians and every round are printed. ``--profile``
 then prints a cProfile of the pipelined press on the same clock.
+
+``--submit`` measures submit + next instead: each task's steps are rated in
+one batch of presses (not timed), then ``/assignments/<pk>/submit/`` finishes
+it and answers with the next task's panel (timed, and profiled with
+``--profile``), as the load generator's submit does.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -39,6 +45,7 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="then profile --presses pipelined presses")
     parser.add_argument("--sort", default="cumulative", help="the profile's order (pstats: cumulative, tottime, ...)")
     parser.add_argument("--lines", type=int, default=40, help="how many lines of the profile to print")
+    parser.add_argument("--submit", action="store_true", help="measure submit + next instead of a key press")
     args = parser.parse_args()
 
     import django
@@ -73,6 +80,9 @@ def main() -> None:
             sys.exit(f"press_cpu: the press answered {response.status_code}: {response.content[:200]!r}")
         version = response.json()["version"]
 
+    if args.submit:
+        _submits(client, labeler, args)
+        return
     for i in range(50):  # warm: connections, caches, the templates
         press(i)
     cpu: dict[str, list[float]] = {"pipelined": [], "plain": []}
@@ -96,6 +106,48 @@ def main() -> None:
         for i in range(args.presses):
             press(i)
         profile.disable()
+        pstats.Stats(profile).sort_stats(args.sort).print_stats(args.lines)
+
+
+def _submits(client: Any, labeler: Any, args: argparse.Namespace) -> None:
+    import re
+
+    from labeling.models import Assignment, AssignmentStatus
+
+    def current() -> tuple[int, int, int]:
+        a = Assignment.objects.select_related("task__solution").get(
+            labeler=labeler, status=AssignmentStatus.IN_PROGRESS
+        )
+        return a.pk, a.version, len(a.task.solution.steps)
+
+    def submit() -> float:
+        pk, version, steps = current()
+        body = {"presses": [{"step": i, "completion": 0, "version": version + i, "rating": 1} for i in range(steps)]}
+        response = client.post(f"/assignments/{pk}/presses/", data=json.dumps(body), content_type="application/json")
+        if response.status_code != 200:
+            sys.exit(f"press_cpu: the presses answered {response.status_code}: {response.content[:200]!r}")
+        start = time.thread_time()
+        response = client.post(f"/assignments/{pk}/submit/", {"version": version + steps}, HTTP_HX_REQUEST="true")
+        spent = time.thread_time() - start
+        if response.status_code != 200 or not re.search(rb'data-assignment="(\d+)"', response.content):
+            sys.exit(f"press_cpu: the submit answered {response.status_code}: {response.content[:200]!r}")
+        return spent
+
+    for _ in range(20):  # warm
+        submit()
+    rounds = [statistics.median(submit() for _ in range(args.presses // 4)) * 1000 for _ in range(args.rounds)]
+    print(f"app CPU per submit + next: median {statistics.median(rounds):.3f} ms "
+          f"(rounds: {' '.join(f'{v:.2f}' for v in rounds)})")  # fmt: skip
+    if args.profile:
+        profile = cProfile.Profile(time.thread_time)
+        for _ in range(args.presses // 4):
+            pk, version, steps = current()
+            body = {"presses": [{"step": i, "completion": 0, "version": version + i, "rating": 1}
+                                for i in range(steps)]}  # fmt: skip
+            client.post(f"/assignments/{pk}/presses/", data=json.dumps(body), content_type="application/json")
+            profile.enable()
+            client.post(f"/assignments/{pk}/submit/", {"version": version + steps}, HTTP_HX_REQUEST="true")
+            profile.disable()
         pstats.Stats(profile).sort_stats(args.sort).print_stats(args.lines)
 
 

@@ -20,6 +20,15 @@ from django.utils.safestring import SafeString, mark_safe
 # (Cf) character, and the line and paragraph separators, is shown.
 _KEPT = frozenset("\n\r\t")
 _SHOWN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
+# str.isprintable() is False for every character of those categories (and for
+# a few more: Zs but the space, Co, Cn, Cs), so a text that is printable once
+# the kept whitespace is removed has nothing to show: checked in C, not per
+# character in Python (a task panel holds thousands of characters).
+_DROP_KEPT = str.maketrans("", "", "\n\r\t")
+
+
+def _has_hidden(text: str) -> bool:
+    return not text.translate(_DROP_KEPT).isprintable()
 
 
 def is_hidden_character(ch: str) -> bool:
@@ -30,6 +39,8 @@ def visible_controls(text: str) -> SafeString:
     """``text`` as HTML, escaped, each hidden character drawn as ⟨U+XXXX⟩ (its name in the title)."""
     # Runs of plain text are escaped whole: escaping character by character
     # was most of the task panel's rendering time.
+    if not _has_hidden(text):
+        return escape(text)
     out: list[str] = []
     start = 0
     for i, ch in enumerate(text):

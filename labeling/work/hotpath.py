@@ -149,6 +149,20 @@ def _aware(value: datetime | str | None) -> datetime | None:
     return value
 
 
+_COLUMNS: dict[str, list[str]] = {}
+
+
+def _named(cursor: CursorWrapper, statement: str, row: tuple[Any, ...]) -> dict[str, Any]:
+    # A row of one of the statements above by column name. Their columns are
+    # fixed, so the names are read from the cursor once per statement
+    # (``statement`` before its format()): building the description's
+    # column objects on every click cost more than the zip.
+    names = _COLUMNS.get(statement)
+    if names is None:
+        names = _COLUMNS[statement] = [c[0] for c in cursor.description]
+    return dict(zip(names, row, strict=True))
+
+
 def _cursor() -> CursorWrapper:
     # Every statement of this module but the candidate search is keyed by
     # primary or unique keys (OPEN_GENERATIONS runs with the same values every
@@ -217,7 +231,7 @@ def _assignment_locked(
         rows = _rating_rows(ratings_cursor.fetchall()) if ratings else []
         if row is None:
             return None, []
-        values = dict(zip([c[0] for c in cursor.description], row, strict=True))
+        values = _named(cursor, ASSIGNMENT_LOCK, row)
     assignment = _partial(Assignment, {k: v for k, v in values.items() if not k.startswith(("t_", "s_"))})
     for name in ("started_at", "last_activity_at", "lease_expires_at"):
         setattr(assignment, name, _aware(getattr(assignment, name)))
@@ -394,7 +408,7 @@ def task_places(*, task_id: int, labeler_id: int, now: datetime) -> Places:
               "labeler": labeler_id, "task": task_id}  # fmt: skip
     with _cursor() as cursor:
         cursor.execute(TASK_STILL_FREE, params)
-        values = dict(zip([c[0] for c in cursor.description], cursor.fetchone(), strict=True))
+        values = _named(cursor, TASK_STILL_FREE, cursor.fetchone())
     steps = values["s_steps"]
     problem = _partial(Problem, {"id": values["s_problem_id"], "problem": values["p_problem"],
                                  "answer": values["p_answer"]})  # fmt: skip
@@ -435,7 +449,7 @@ def labeler_locked(*, labeler_id: int) -> tuple[tuple[str, str, datetime | None]
         row = cursor.fetchone()
         if row is None:
             return None
-        values = dict(zip([c[0] for c in cursor.description], row, strict=True))
+        values = _named(cursor, LABELER_LOCK, row)
     status = (values["status"], values["status_reason"], _aware(values["status_changed_at"]))
     if values["a_id"] is None:
         return status, None

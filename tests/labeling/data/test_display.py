@@ -19,3 +19,23 @@ def test_text_is_escaped_and_isolated() -> None:
         '<span class="ctl" title="RIGHT-TO-LEFT OVERRIDE">\u27e8U+202E\u27e9</span></bdi>'
     )
     assert isolated(None) == "<bdi></bdi>"
+
+
+def test_every_hidden_character_is_drawn_alone_and_amid_plain_text() -> None:
+    # visible_controls skips its per-character scan for text with nothing to
+    # show; no hidden character of any plane may slip through that check.
+    import sys
+
+    from labeling.data.display import is_hidden_character
+
+    hidden = [ch for ch in map(chr, range(sys.maxunicode + 1)) if is_hidden_character(ch)]
+    assert len(hidden) > 200  # Cc, Cf, Zl, Zp
+    for ch in hidden:
+        code = f"\u27e8U+{ord(ch):04X}\u27e9"
+        assert code in visible_controls(ch)
+        assert code in visible_controls(f"Step 1:\n$x = 2$ {ch} so\tx")
+
+
+def test_plain_text_comes_back_escaped_as_it_is() -> None:
+    text = "Let $x < 3$ & \u00e9t\u00e9: \u03c0 \u2264 4\n\tdone \u4e2d\U0001f600"
+    assert visible_controls(text) == text.replace("&", "&amp;").replace("<", "&lt;")
