@@ -2,7 +2,7 @@
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/annotate_prof CACHE_URL=redis://127.0.0.1:6379/9 \\
       DEBUG=false SECRET_KEY=... .venv/bin/python benchmarks/press_cpu.py [--rounds 8] [--presses 200] \\
-      [--profile [--sort tottime] [--lines 60]] [--submit]
+      [--profile [--sort tottime] [--lines 60] [--dump FILE]] [--submit]
 
 Run it on a copy of the benchmark database (``createdb -T annotate_bench_hotpath
 annotate_prof``): it signs up a labeler, takes a task and rates its first step
@@ -45,6 +45,7 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="then profile --presses pipelined presses")
     parser.add_argument("--sort", default="cumulative", help="the profile's order (pstats: cumulative, tottime, ...)")
     parser.add_argument("--lines", type=int, default=40, help="how many lines of the profile to print")
+    parser.add_argument("--dump", help="also write the profile to this file (pstats format)")
     parser.add_argument("--submit", action="store_true", help="measure submit + next instead of a key press")
     args = parser.parse_args()
 
@@ -106,7 +107,7 @@ def main() -> None:
         for i in range(args.presses):
             press(i)
         profile.disable()
-        pstats.Stats(profile).sort_stats(args.sort).print_stats(args.lines)
+        _report(profile, args)
 
 
 def _submits(client: Any, labeler: Any, args: argparse.Namespace) -> None:
@@ -148,7 +149,13 @@ def _submits(client: Any, labeler: Any, args: argparse.Namespace) -> None:
             profile.enable()
             client.post(f"/assignments/{pk}/submit/", {"version": version + steps}, HTTP_HX_REQUEST="true")
             profile.disable()
-        pstats.Stats(profile).sort_stats(args.sort).print_stats(args.lines)
+        _report(profile, args)
+
+
+def _report(profile: cProfile.Profile, args: argparse.Namespace) -> None:
+    if args.dump:
+        profile.dump_stats(args.dump)
+    pstats.Stats(profile).sort_stats(args.sort).print_stats(args.lines)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from django.contrib.auth.models import AbstractBaseUser, User
 from django.db import connection, transaction
 from django.utils import timezone
 
+from annotate.postgresql import prepared_cursor
 from labeling.models import Assignment, AssignmentStatus, Labeler, LabelerStatus, LabelerStatusEvent
 
 # The statuses that may be handed tasks at all. SCREENING labelers are handed
@@ -63,7 +64,8 @@ def _labeler_read(vendor: str) -> tuple[str, list[str], list[tuple[Any, list[Any
 
 def _labeler_of_user(user_id: Any) -> Labeler | None:
     sql, columns, converters = _labeler_read(connection.vendor)
-    with connection.cursor() as cursor:
+    # Prepared on PostgreSQL (annotate.postgresql): by the unique user id, one plan for everyone.
+    with prepared_cursor(connection) as cursor:
         cursor.execute(sql, [user_id])
         row = cursor.fetchone()
     if row is None:

@@ -19,6 +19,7 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import Exists, OuterRef, QuerySet
 
+from annotate.postgresql import prepared_cursor
 from labeling.labelers import labeler_set_status
 from labeling.models import (
     SCREENING_GENERATION,
@@ -295,7 +296,9 @@ def _rolling_window_ids(*, labeler: Labeler) -> list[int]:
         since = " AND a.started_at > %s"
         params.append(connection.ops.adapt_datetimefield_value(labeler.status_changed_at))
     params.append(settings.QC_WINDOW)
-    with connection.cursor() as cursor:
+    # Prepared on PostgreSQL (annotate.postgresql): every hand-out runs it,
+    # and its plan is the same index scan whoever the labeler is.
+    with prepared_cursor(connection) as cursor:
         cursor.execute(ROLLING_WINDOW_IDS.format(since=since), params)
         return [int(row[0]) for row in cursor.fetchall()]
 

@@ -10,14 +10,12 @@ only, used by the whole page and by every fragment (task.html).
 
 from __future__ import annotations
 
-from functools import cache
-
 from django import template
 from django.template.context import Context
-from django.urls import get_script_prefix, get_urlconf, reverse
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
+from annotate.paths import int_path
 from labeling.data.display import isolated
 from labeling.work.selectors import CompletionRow, StepRow, TaskScreen
 
@@ -38,25 +36,8 @@ _OOB = ' hx-swap-oob="true"'
 _EYES = '<circle cx="8.5" cy="9.5" r="1.2" class="eye"/><circle cx="15.5" cy="9.5" r="1.2" class="eye"/>'
 
 
-# Values no real key reaches, each written once in the reversed URL.
-_MARKERS = (9000000001, 9000000002, 9000000003)
-
-
-@cache
-def _rate_url_format(prefix: str, urlconf: str | None) -> str:
-    # The rating URL with {0}, {1}, {2} in place of assignment, step and
-    # completion: reversed once per URL configuration, not once per form
-    # (the resolver's walk was a tenth of a submit's CPU). The prefix and the
-    # urlconf are the key because reverse() depends on both.
-    url = reverse("rate", args=_MARKERS, urlconf=urlconf).replace("{", "{{").replace("}", "}}")
-    for i, marker in enumerate(_MARKERS):
-        url = url.replace(str(marker), f"{{{i}}}")
-    return url
-
-
 def rate_url(assignment_id: int, step_index: int, completion_index: int) -> str:
-    """reverse("rate", args=[...]), as it would answer."""
-    return _rate_url_format(get_script_prefix(), get_urlconf()).format(assignment_id, step_index, completion_index)
+    return int_path("rate", assignment_id, step_index, completion_index)
 
 
 def completion_html(c: CompletionRow, *, screen: TaskScreen, csrf_token: str, oob: bool = False) -> SafeString:
@@ -117,6 +98,12 @@ def step_row_html(row: StepRow, *, screen: TaskScreen, csrf_token: str) -> SafeS
 
 def _token(context: Context) -> str:
     return str(context.get("csrf_token") or "")
+
+
+@register.simple_tag
+def int_url(name: str, *args: int) -> str:
+    """``{% int_url 'submit' a.pk %}``: ``{% url %}`` for integer arguments, formatted (annotate.paths)."""
+    return int_path(name, *args)
 
 
 @register.simple_tag(takes_context=True)

@@ -75,3 +75,18 @@ def test_the_rating_url_is_what_reverse_answers_under_any_script_prefix() -> Non
             assert reverse("rate", args=(17, 3, 0)).startswith(prefix.replace("{", "%7B").replace("}", "%7D"))
     finally:
         set_script_prefix("/")
+
+
+def test_int_path_answers_as_reverse_for_every_labeler_url_with_integer_arguments() -> None:
+    import pytest
+    from django.urls import NoReverseMatch, reverse
+
+    from annotate.paths import int_path
+
+    for name, args in (("home", ()), ("guide", ()), ("task", (5,)), ("submit", (12,)), ("give-up", (3,)),
+                       ("presses", (77,)), ("phase-one-rate", (4, 2, 1)), ("rate", (9, 0, 3))):  # fmt: skip
+        assert int_path(name, *args) == reverse(name, args=args)
+    with pytest.raises(NoReverseMatch):
+        int_path("task", -1)  # what the int converter cannot take: reverse() says so
+    with pytest.raises(NoReverseMatch):
+        int_path("no-such-url", 1)

@@ -91,3 +91,19 @@ def test_a_prepared_statement_is_logged_with_its_values():
                       now=timezone.now() + timedelta(seconds=1))  # fmt: skip
     lock = next(q["sql"] for q in queries.captured_queries if "FOR UPDATE OF a" in q["sql"])
     assert f"WHERE a.id = {a.pk} " in lock and "$1" not in lock
+
+
+@postgresql_only
+@pytest.mark.django_db(transaction=True)
+def test_the_hand_outs_fixed_reads_are_prepared_the_labeler_of_a_user_and_the_qc_window():
+    from labeling.labelers import labeler_for_user
+
+    _reconnect()
+    make_task(generation=make_generation())
+    user = make_labeler().user
+    user._state.fields_cache.clear()  # as a new request's user: the labeler is read, not cached
+    labeler = labeler_for_user(user=user)
+    assert assignment_next(labeler=labeler, now=timezone.now()) is not None
+    prepared = _prepared()
+    assert any("FROM labeling_labeler WHERE user_id = $1" in s for s in prepared)
+    assert any("t.kind = $4" in s and "LIMIT $" in s for s in prepared)  # the QC window (labeling.quality.control)
