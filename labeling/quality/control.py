@@ -290,6 +290,30 @@ ROLLING_WINDOW_IDS = """
 
 
 def _rolling_window_ids(*, labeler: Labeler) -> list[int]:
+    return rolling_window_sent(labeler=labeler).ids()
+
+
+@dataclass
+class SentWindow:
+    """The rolling window's statement, sent; ``ids()`` reads its answer (once).
+
+    Sent inside labeling.work.hotpath.pipelined(), it travels to PostgreSQL
+    with the statements around it, and ``ids()`` waits for it only then.
+    ``since`` is the status change it was asked for: a window read for an
+    older status is not the window of the current one.
+    """
+
+    since: datetime | None
+    _cursor: Any
+
+    def ids(self) -> list[int]:
+        try:
+            return [int(row[0]) for row in self._cursor.fetchall()]
+        finally:
+            self._cursor.close()
+
+
+def rolling_window_sent(*, labeler: Labeler) -> SentWindow:
     params: list[Any] = [labeler.pk, *_FINISHED, TaskKind.QUALITY_CONTROL]
     since = ""
     if labeler.status_changed_at is not None:
@@ -298,16 +322,26 @@ def _rolling_window_ids(*, labeler: Labeler) -> list[int]:
     params.append(settings.QC_WINDOW)
     # Prepared on PostgreSQL (annotate.postgresql): every hand-out runs it,
     # and its plan is the same index scan whoever the labeler is.
-    with prepared_cursor(connection) as cursor:
+    cursor = prepared_cursor(connection)
+    try:
         cursor.execute(ROLLING_WINDOW_IDS.format(since=since), params)
-        return [int(row[0]) for row in cursor.fetchall()]
+    except BaseException:
+        cursor.close()
+        raise
+    return SentWindow(since=labeler.status_changed_at, _cursor=cursor)
 
 
-def labeler_quality_enforce(*, labeler: Labeler, now: datetime | None = None) -> bool:
-    """Suspend an active labeler whose rolling QC agreement fell below QC_SUSPEND_BELOW; True if suspended."""
+def labeler_quality_enforce(
+    *, labeler: Labeler, now: datetime | None = None, window_ids: list[int] | None = None
+) -> bool:
+    """Suspend an active labeler whose rolling QC agreement fell below QC_SUSPEND_BELOW; True if suspended.
+
+    ``window_ids``: the rolling window, read already for the labeler's
+    current status (rolling_window_sent); read here when None.
+    """
     if labeler.status != LabelerStatus.ACTIVE:
         return False
-    window = _rolling_window_ids(labeler=labeler)
+    window = _rolling_window_ids(labeler=labeler) if window_ids is None else window_ids
     if len(window) < settings.QC_MIN_ITEMS:
         # Too few checked items to judge (the usual case, and it runs on
         # every hand-out): no need to score them.

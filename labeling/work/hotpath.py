@@ -12,7 +12,7 @@ serialises writers with its IMMEDIATE transactions instead.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -161,6 +161,28 @@ def _named(cursor: CursorWrapper, statement: str, row: tuple[Any, ...]) -> dict[
     if names is None:
         names = _COLUMNS[statement] = [c[0] for c in cursor.description]
     return dict(zip(names, row, strict=True))
+
+
+_T = TypeVar("_T")
+
+
+def _sent(statement: str, params: list[Any], read: Callable[[CursorWrapper], _T]) -> Callable[[], _T]:
+    # The statement executed now (inside pipelined(): sent, not waited for),
+    # its answer read by the function returned, which closes the cursor.
+    cursor = _cursor()
+    try:
+        cursor.execute(statement, params)
+    except BaseException:
+        cursor.close()
+        raise
+
+    def result() -> _T:
+        try:
+            return read(cursor)
+        finally:
+            cursor.close()
+
+    return result
 
 
 def _cursor() -> CursorWrapper:
@@ -330,9 +352,13 @@ OPEN_GENERATIONS = """
 
 
 def open_generation_ids() -> list[int]:
-    with _cursor() as cursor:
-        cursor.execute(OPEN_GENERATIONS, [GenerationStatus.OPEN, Phase.ONE, Phase.TWO])
-        return [int(row[0]) for row in cursor.fetchall()]
+    return open_generation_ids_sent()()
+
+
+def open_generation_ids_sent() -> Callable[[], list[int]]:
+    """OPEN_GENERATIONS sent now; the returned function reads its answer (once), as in labeler_lock_sent."""
+    return _sent(OPEN_GENERATIONS, [GenerationStatus.OPEN, Phase.ONE, Phase.TWO],
+                 lambda cursor: [int(row[0]) for row in cursor.fetchall()])  # fmt: skip
 
 
 # The best open normal task of a generation that has a free place and that the
@@ -441,15 +467,32 @@ LABELER_LOCK = """
 """
 
 
-def labeler_locked(*, labeler_id: int) -> tuple[tuple[str, str, datetime | None], Assignment | None] | None:
+LabelerLocked = tuple[tuple[str, str, datetime | None], Assignment | None]
+
+
+def labeler_locked(*, labeler_id: int) -> LabelerLocked | None:
     """(status, status_reason, status_changed_at) and the in-progress assignment with its task; None: no labeler."""
+    return labeler_lock_sent(labeler_id=labeler_id)()
+
+
+def labeler_lock_sent(*, labeler_id: int) -> Callable[[], LabelerLocked | None]:
+    """LABELER_LOCK sent now; the returned function reads its answer (labeler_locked's), once.
+
+    Inside pipelined(), statements sent before the answer is read travel with
+    the lock and run after it, on snapshots taken once it is held: the
+    hand-out's reads that need nothing from its answer cost no round trip of
+    their own.
+    """
     lock = " FOR NO KEY UPDATE OF l" if connection.features.has_select_for_update_of else ""
-    with _cursor() as cursor:
-        cursor.execute(LABELER_LOCK.format(lock=lock), [AssignmentStatus.IN_PROGRESS, labeler_id])
-        row = cursor.fetchone()
-        if row is None:
-            return None
-        values = _named(cursor, LABELER_LOCK, row)
+    return _sent(LABELER_LOCK.format(lock=lock), [AssignmentStatus.IN_PROGRESS, labeler_id],
+                 lambda cursor: _labeler_row(cursor, labeler_id))  # fmt: skip
+
+
+def _labeler_row(cursor: CursorWrapper, labeler_id: int) -> LabelerLocked | None:
+    row = cursor.fetchone()
+    if row is None:
+        return None
+    values = _named(cursor, LABELER_LOCK, row)
     status = (values["status"], values["status_reason"], _aware(values["status_changed_at"]))
     if values["a_id"] is None:
         return status, None

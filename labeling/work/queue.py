@@ -24,6 +24,7 @@ work exists too). Screening and QC items are not capped by labelers_needed.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -45,11 +46,17 @@ from labeling.models import (
     TaskKind,
     TaskStatus,
 )
-from labeling.quality.control import labeler_quality_enforce, labeler_screening_conclude, screening_set_ids
+from labeling.quality.control import (
+    SentWindow,
+    labeler_quality_enforce,
+    labeler_screening_conclude,
+    rolling_window_sent,
+    screening_set_ids,
+)
 from labeling.work.hotpath import (
     assignment_lease,
-    labeler_locked,
-    open_generation_ids,
+    labeler_lock_sent,
+    open_generation_ids_sent,
     task_candidate,
     task_places,
 )
@@ -119,7 +126,7 @@ def assignment_next_in_transaction(
     """
     if not labeler_can_take_work(labeler):
         return None
-    outcome = _assignment_next_locked(labeler=labeler, now=now, rng=rng or _RNG)
+    outcome = _assignment_next_locked(labeler=labeler, now=now, rng=rng or _RNG, read_ahead=True)
     return outcome if isinstance(outcome, Assignment) else None
 
 
@@ -137,17 +144,37 @@ def _assignment_next(*, labeler: Labeler, now: datetime, rng: random.Random) -> 
         return _assignment_next_locked(labeler=labeler, now=now, rng=rng)
 
 
-def _assignment_next_locked(*, labeler: Labeler, now: datetime, rng: random.Random) -> Assignment | _Refused | None:
+def _assignment_next_locked(
+    *, labeler: Labeler, now: datetime, rng: random.Random, read_ahead: bool = False
+) -> Assignment | _Refused | None:
+    # read_ahead: the labeler just finished their lease (submit + next), so a
+    # new task is what this hand-out will most likely look for.
     # The labeler's own row, locked: the status read here decides what
     # they may be handed, and a status change (admission, suspension,
     # admin override in labeler_set_status) must not interleave with a
     # hand-out that read the old one. Two requests of the same person
     # queue here instead of racing. The same statement reads their
     # in-progress assignment (LABELER_LOCK).
-    locked = labeler_locked(labeler_id=labeler.pk)
+    lock = labeler_lock_sent(labeler_id=labeler.pk)
+    window: SentWindow | None = None
+    generations: Callable[[], list[int]] | None = None
+    if read_ahead and labeler.status == LabelerStatus.ACTIVE:
+        # Sent behind the lock, so they run once it is held, and read with
+        # its answer (pipelined: one round trip for the three,
+        # hotpath.labeler_lock_sent): what an active labeler's new hand-out
+        # reads next, the QC window for the status read before the lock, and
+        # the open generations. Not for a labeler who may hold a lease to
+        # resume, which needs neither.
+        window = rolling_window_sent(labeler=labeler)
+        generations = open_generation_ids_sent()
+    locked = lock()
+    window_ids = window.ids() if window is not None else None
+    generation_ids = generations() if generations is not None else None
     if locked is None:
         return _REFUSED
     (labeler.status, labeler.status_reason, labeler.status_changed_at), in_progress = locked
+    if window is not None and (labeler.status != LabelerStatus.ACTIVE or window.since != labeler.status_changed_at):
+        window_ids = None  # the status changed meanwhile: that window is another status's, read it again
     if not labeler_can_take_work(labeler):
         return _REFUSED
     current = _resume_current(current=in_progress, now=now) if in_progress is not None else None
@@ -166,9 +193,11 @@ def _assignment_next_locked(*, labeler: Labeler, now: datetime, rng: random.Rand
             return None  # no screening set yet, or it is still being built
         if labeler.status != LabelerStatus.ACTIVE:
             return _REFUSED
-    if labeler_quality_enforce(labeler=labeler, now=now):
+    if labeler_quality_enforce(labeler=labeler, now=now, window_ids=window_ids):
         return _REFUSED
-    return _next_work(labeler=labeler, now=now, rng=rng)
+    if generation_ids is None:
+        generation_ids = open_generation_ids_sent()()
+    return _next_work(labeler=labeler, now=now, rng=rng, generation_ids=generation_ids)
 
 
 def _lease(*, task: Task, labeler: Labeler, now: datetime) -> Assignment:
@@ -204,10 +233,10 @@ def _unseen_quality_control_ids(*, labeler: Labeler) -> list[int]:
     )
 
 
-def _next_work(*, labeler: Labeler, now: datetime, rng: random.Random) -> Assignment | None:
+def _next_work(*, labeler: Labeler, now: datetime, rng: random.Random, generation_ids: list[int]) -> Assignment | None:
     # Phase-1 work (one task per problem, on its placeholder solution) is
-    # served like phase-2 work, best priority first across generations.
-    generation_ids = open_generation_ids()
+    # served like phase-2 work, best priority first across generations
+    # (generation_ids: hotpath.OPEN_GENERATIONS, read with the labeler's lock).
     best: _Claim | None = None
     for generation_id in generation_ids:
         claim = _claim_in_generation(generation_id=generation_id, labeler=labeler, now=now)

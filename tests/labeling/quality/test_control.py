@@ -6,6 +6,7 @@ import random
 from datetime import timedelta
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
 from labeling.data.exports import iter_prm800k_records
@@ -19,7 +20,7 @@ from labeling.quality.control import (
     labeler_rolling_quality,
     overlap_labelers_needed,
 )
-from labeling.work.queue import LabelerMayNotWork, assignment_next
+from labeling.work.queue import LabelerMayNotWork, assignment_next, assignment_next_in_transaction
 from tests.labeling.gold_factories import AGREE, DISAGREE, label, make_qc_pool, make_screening_set, next_for
 from tests.labeling.workflow_factories import make_generation, make_labeler, make_task
 
@@ -204,3 +205,34 @@ def test_it_exports_qc_and_screening_flags_for_tasks_made_by_the_services(settin
         (str(veteran.uuid), False, False, g.number),
     }
     assert Task.objects.get(pk=screening.pk).generation.number == -1
+
+
+def test_a_hand_out_judges_the_window_of_the_status_it_locked_not_the_one_read_before(settings):
+    # The QC window of submit + next's hand-out is sent with the labeler's
+    # lock, for the status the request read before it. Suspended and reinstated by an admin in
+    # between, the labeler starts a clean window: the one sent for the old
+    # status (three checked items, one agreeing) must not suspend them.
+    settings.QC_RATE = 1.0
+    settings.QC_WINDOW = 4
+    settings.QC_MIN_ITEMS = 3
+    settings.QC_SUSPEND_BELOW = 0.5
+    g = make_generation()
+    make_qc_pool(generation=g, size=8)
+    for _ in range(12):
+        make_task(generation=g)
+    labeler = make_labeler()
+    rng = random.Random(3)
+    for pattern in (AGREE, DISAGREE, DISAGREE):
+        label(next_for(labeler=labeler, rng=rng), pattern)
+    read_before = type(labeler).objects.get(pk=labeler.pk)
+    assert read_before.status == LabelerStatus.ACTIVE
+    now = timezone.now()
+    labeler_set_status(labeler=labeler, status=LabelerStatus.SUSPENDED, reason="a check", now=now)
+    labeler_set_status(labeler=labeler, status=LabelerStatus.ACTIVE, reason="talked it through",
+                       now=now + timedelta(seconds=1))  # fmt: skip
+    with transaction.atomic():  # as submit + next hands out: the window sent with the lock
+        a = assignment_next_in_transaction(labeler=read_before, rng=rng, now=now + timedelta(seconds=2))
+    assert a is not None
+    labeler.refresh_from_db()
+    assert labeler.status == LabelerStatus.ACTIVE
+    assert read_before.status_changed_at == labeler.status_changed_at  # the request's copy holds the locked status

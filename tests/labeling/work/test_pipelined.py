@@ -145,10 +145,13 @@ def test_a_submit_and_the_next_hand_out_ride_the_hand_outs_reads(monkeypatch):
     assert handout.reason == FinishReason.FOUND_ERROR
     assert handout.following is not None and handout.following.task_id == following_task.pk
     # BEGIN; both locks with the ratings; the submit's writes (its row with
-    # the frozen label, the task closed) with the labeler's lock; the QC
-    # window; the open generations; the candidate; its places; the new lease;
-    # the pipeline's closing sync; COMMIT. Each read needs the answer before
-    # it, so these are the exchanges left. Without the pipeline: 13.
+    # the frozen label, the task closed) with the labeler's lock, the QC
+    # window and the open generations; the candidate; its places; the new
+    # lease; the pipeline's closing sync; COMMIT. Each read needs the answer
+    # before it, so these are the exchanges left. Without the pipeline: 13.
     sent = [q["sql"] for q in statements.captured_queries]
     assert (sent[0], sent[-1], len(sent)) == ("BEGIN", "COMMIT", 13)
-    assert trips.count == 10
+    lock = next(i for i, sql in enumerate(sent) if "FOR NO KEY UPDATE OF l" in sql)
+    assert "t.kind = " in sent[lock + 1] and "LIMIT" in sent[lock + 1]  # the QC window, behind the lock
+    assert "FROM labeling_generation" in sent[lock + 2]
+    assert trips.count == 8
