@@ -32,6 +32,15 @@ one PASS/FAIL line per criterion: failure ratio < 1 %, p95 of rate and next-task
 the 25 ms budget, stored ratings == acknowledged ratings. Exits 1 when any fails.
 
   .venv/bin/python benchmarks/labeling_load.py --soak
+
+Side by side (--floor, --baseline CHECKOUT): the same load on two servers in
+alternating runs, medians and ratios. --floor: the least the stack can do
+(benchmarks/serving/floor.py). --baseline: the product as another checkout
+has it, e.g. before a change, measured in the same run (this machine's speed
+drifts by a third between invocations; alternation shares the drift):
+
+  git worktree add /tmp/before HEAD~3 && cp -r static/vendor /tmp/before/static/
+  .venv/bin/python benchmarks/labeling_load.py --baseline /tmp/before --mode closed --concurrency 1 --duration 30
 """
 
 from __future__ import annotations
@@ -222,8 +231,13 @@ def make_sessions(first: int, count: int) -> list[dict[str, str]]:
 
 
 def server_env(args: argparse.Namespace, env: dict[str, str], app: str) -> dict[str, str]:
-    """The product (with the cost probe) or the floor; ``application_name`` tells their PostgreSQL backends apart."""
-    settings_module = {"product": "benchmarks.serving.product_settings", "floor": "benchmarks.serving.floor_settings"}
+    """The product (with the cost probe), the floor or the baseline; ``application_name`` tells their backends apart.
+
+    The baseline is the product as another checkout has it (``--baseline``):
+    its own settings and code, served from its directory.
+    """
+    settings_module = {"product": "benchmarks.serving.product_settings", "floor": "benchmarks.serving.floor_settings",
+                       "baseline": "benchmarks.serving.product_settings"}  # fmt: skip
     sep = "&" if "?" in args.database_url else "?"
     return {**env, "DJANGO_SETTINGS_MODULE": settings_module[app],
             "DATABASE_URL": f"{args.database_url}{sep}application_name=bench-{app}"}  # fmt: skip
@@ -231,14 +245,17 @@ def server_env(args: argparse.Namespace, env: dict[str, str], app: str) -> dict[
 
 def start_server(args: argparse.Namespace, env: dict[str, str], app: str = "product") -> subprocess.Popen[bytes]:
     port = args.port if app == "product" else args.port + 1
-    if app == "product":
-        subprocess.run([PY, "manage.py", "collectstatic", "--no-input", "-v", "0"], cwd=ROOT, env=env, check=True)
+    root = Path(args.baseline).resolve() if app == "baseline" else ROOT
+    if app != "floor":
+        static = {**env, "STATIC_ROOT": tempfile.mkdtemp(prefix=f"bench-static-{app}-")}
+        subprocess.run([PY, "manage.py", "collectstatic", "--no-input", "-v", "0"], cwd=root, env=static, check=True)
+        env = static
     server = subprocess.Popen(
         [str(ROOT / ".venv" / "bin" / "gunicorn"), "annotate.wsgi", "-w", str(args.workers),
          "--worker-class", "gthread", "--threads", str(args.threads), "--keep-alive", "75", "-b",
          f"127.0.0.1:{port}", "--access-logfile", "-" if args.access_log else "/dev/null",
          "--log-level", "warning", "--backlog", "2048"],
-        cwd=ROOT, env=server_env(args, env, app),
+        cwd=root, env=server_env(args, env, app),
     )  # fmt: skip
     for _ in range(100):
         if server.poll() is not None:
@@ -495,7 +512,7 @@ def run_load(args: argparse.Namespace, labelers: int, duration: float, think: tu
     port = args.port if app == "product" else args.port + 1
     process = multiprocessing.Process(
         target=drive,
-        args=(port, sessions, duration, think, args.steps, args.spawn_rate, send, app == "product", args.rate_via),
+        args=(port, sessions, duration, think, args.steps, args.spawn_rate, send, app != "floor", args.rate_via),
     )
     load_before = os.getloadavg()
     with CpuMeter(args.server_pids[app], args.database_url, f"bench-{app}") as meter:
@@ -593,7 +610,8 @@ def soak_verdict(result: dict[str, Any], summary: dict[str, Any], stored: int) -
 
 
 def compare(args: argparse.Namespace, steps: list[int], think: tuple[float, float]) -> None:
-    """Product and floor in alternating runs on one database (reset before each); medians and ratios."""
+    """Product and floor (or the baseline) in alternating runs on one database (reset before each); medians, ratios."""
+    other = "baseline" if args.baseline else "floor"
     loads: list[tuple[str, int | None]] = []
     if args.mode in ("think", "both"):
         loads.append((f"{args.labelers} labelers, think {think[0]:g}-{think[1]:g} s", None))
@@ -603,7 +621,7 @@ def compare(args: argparse.Namespace, steps: list[int], think: tuple[float, floa
     for r in range(args.rounds):
         for load, concurrency in loads:
             # Alternate which goes first, so neither always follows the other.
-            for app in ("product", "floor") if r % 2 == 0 else ("floor", "product"):
+            for app in ("product", other) if r % 2 == 0 else (other, "product"):
                 with _connect(args.database_url) as db:
                     _reset_load(db)
                 before = stored_ratings(args.database_url)
@@ -626,15 +644,15 @@ def compare(args: argparse.Namespace, steps: list[int], think: tuple[float, floa
                 values.append(float(value))
         return statistics.median(values) if values else float("nan")
 
-    print(f"\n== product / floor, medians of {args.rounds} alternating runs each")
+    print(f"\n== product / {other}, medians of {args.rounds} alternating runs each")
     for load, _ in loads:
-        product, floor = runs[(load, "product")], runs[(load, "floor")]
+        product, floor = runs[(load, "product")], runs[(load, other)]
         loads_seen = [run["load"]["before"] for run in product + floor]
         print(f"\n{load} (load average {min(loads_seen):.2f}-{max(loads_seen):.2f} before the runs;"
               f" errors {sum(r['errors'] for r in product)} / {sum(r['errors'] for r in floor)};"
               f" stored == acknowledged in {sum(r['stored_ok'] for r in product + floor)} of"
               f" {len(product + floor)} runs)")  # fmt: skip
-        print(f"{'':<34}{'product':>10}{'floor':>10}{'ratio':>8}")
+        print(f"{'':<34}{'product':>10}{other:>10}{'ratio':>8}")
         rows = [
             (f"{name} {key}", (name, key))
             for name in ("rate", "submit+next")
@@ -692,7 +710,12 @@ def main() -> None:
         "--floor", action="store_true",
         help="alternate runs of the product and the floor (benchmarks/serving/floor.py); report medians and ratios",
     )  # fmt: skip
-    parser.add_argument("--rounds", type=int, default=3, help="with --floor: runs of each")
+    parser.add_argument(
+        "--baseline", metavar="CHECKOUT",
+        help="as --floor, against the product served from another checkout (e.g. a git worktree of an older commit,"
+             " with its front-end assets installed): the same load, alternating, medians and ratios",
+    )  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=3, help="with --floor or --baseline: runs of each")
     args = parser.parse_args()
     if args.soak:
         args.mode = "think"
@@ -718,14 +741,16 @@ def main() -> None:
                 f"load average {load:.2f} > --max-load {args.max_load}: the soak needs a quiet machine"
                 " (--busy-ok runs it anyway and says so in the verdict)"
             )
-    apps = ["product", "floor"] if args.floor else ["product"]
+    if args.floor and args.baseline:
+        raise SystemExit("--floor and --baseline: one at a time")
+    apps = ["product", "floor"] if args.floor else ["product", "baseline"] if args.baseline else ["product"]
     servers = {app: start_server(args, env, app) for app in apps}
     args.server_pids = {app: server.pid for app, server in servers.items()}
     results: dict[str, Any] = {}
     soak_failed = False
     lo, hi = (float(x) for x in args.think.split(","))
     try:
-        if args.floor:
+        if args.floor or args.baseline:
             compare(args, steps, (lo, hi))
             return
         if args.mode in ("think", "both"):

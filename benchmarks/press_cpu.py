@@ -2,7 +2,7 @@
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/annotate_prof CACHE_URL=redis://127.0.0.1:6379/9 \\
       DEBUG=false SECRET_KEY=... .venv/bin/python benchmarks/press_cpu.py [--rounds 8] [--presses 200] \\
-      [--profile [--sort tottime] [--lines 60] [--dump FILE]] [--submit]
+      [--profile [--sort tottime] [--lines 60] [--dump FILE]] [--submit | --panel]
 
 Run it on a copy of the benchmark database (``createdb -T annotate_bench_hotpath
 annotate_prof``): it signs up a labeler, takes a task and rates its first step
@@ -12,6 +12,8 @@ this thread (``time.thread_time``) per press, alternating ``pipelined()`` on
 and replaced by a no-op; medians and every round are printed. ``--profile``
 then prints a cProfile of the pipelined press on the same clock.
 
+``--panel`` measures rendering the task panel of a fresh task (what submit
++ next answers with) and its step rows alone, outside any request.
 ``--submit`` measures submit + next instead: each task's steps are rated in
 one batch of presses (not timed), then ``/assignments/<pk>/submit/`` finishes
 it and answers with the next task's panel (timed, and profiled with
@@ -46,6 +48,7 @@ def main() -> None:
     parser.add_argument("--sort", default="cumulative", help="the profile's order (pstats: cumulative, tottime, ...)")
     parser.add_argument("--lines", type=int, default=40, help="how many lines of the profile to print")
     parser.add_argument("--dump", help="also write the profile to this file (pstats format)")
+    parser.add_argument("--panel", action="store_true", help="measure rendering the fresh task panel alone")
     parser.add_argument("--submit", action="store_true", help="measure submit + next instead of a key press")
     args = parser.parse_args()
 
@@ -83,6 +86,9 @@ def main() -> None:
 
     if args.submit:
         _submits(client, labeler, args)
+        return
+    if args.panel:
+        _panels(assignment, args)
         return
     for i in range(50):  # warm: connections, caches, the templates
         press(i)
@@ -150,6 +156,39 @@ def _submits(client: Any, labeler: Any, args: argparse.Namespace) -> None:
             client.post(f"/assignments/{pk}/submit/", {"version": version + steps}, HTTP_HX_REQUEST="true")
             profile.disable()
         _report(profile, args)
+
+
+def _panels(assignment: Any, args: argparse.Namespace) -> None:
+    from django.middleware.csrf import get_token
+    from django.test import RequestFactory
+
+    from labeling.templatetags.completion import step_row_html
+    from labeling.web.respond import fragment
+    from labeling.work.selectors import task_screen_from
+
+    screen = task_screen_from(assignment=assignment, ratings=[])
+    request = RequestFactory().post("/")
+    token = get_token(request)
+    context = {"screen": screen, "alternatives_pending": False, "finished": True}
+
+    def panel() -> None:
+        fragment(request, "labeling/task.html#task-panel", context)
+
+    def rows() -> None:
+        for row in [*screen.rows, *screen.ahead]:
+            step_row_html(row, screen=screen, csrf_token=token)
+
+    for name, draw in (("task panel", panel), ("its step rows", rows)):
+        for _ in range(50):  # warm: the templates
+            draw()
+        rounds = []
+        for _ in range(args.rounds):
+            start = time.thread_time()
+            for _ in range(args.presses):
+                draw()
+            rounds.append((time.thread_time() - start) / args.presses * 1000)
+        print(f"app CPU to render {name}: median {statistics.median(rounds):.3f} ms "
+              f"(rounds: {' '.join(f'{v:.2f}' for v in rounds)})")  # fmt: skip
 
 
 def _report(profile: cProfile.Profile, args: argparse.Namespace) -> None:
