@@ -470,13 +470,11 @@ LABELER_LOCK = """
 LabelerLocked = tuple[tuple[str, str, datetime | None], Assignment | None]
 
 
-def labeler_locked(*, labeler_id: int) -> LabelerLocked | None:
-    """(status, status_reason, status_changed_at) and the in-progress assignment with its task; None: no labeler."""
-    return labeler_lock_sent(labeler_id=labeler_id)()
-
-
 def labeler_lock_sent(*, labeler_id: int) -> Callable[[], LabelerLocked | None]:
-    """LABELER_LOCK sent now; the returned function reads its answer (labeler_locked's), once.
+    """LABELER_LOCK sent now; the returned function reads its answer, once.
+
+    The answer: (status, status_reason, status_changed_at) and the
+    in-progress assignment with its task; None when there is no such labeler.
 
     Inside pipelined(), statements sent before the answer is read travel with
     the lock and run after it, on snapshots taken once it is held: the

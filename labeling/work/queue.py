@@ -56,6 +56,7 @@ from labeling.quality.control import (
 from labeling.work.hotpath import (
     assignment_lease,
     labeler_lock_sent,
+    open_generation_ids,
     open_generation_ids_sent,
     task_candidate,
     task_places,
@@ -196,7 +197,7 @@ def _assignment_next_locked(
     if labeler_quality_enforce(labeler=labeler, now=now, window_ids=window_ids):
         return _REFUSED
     if generation_ids is None:
-        generation_ids = open_generation_ids_sent()()
+        generation_ids = open_generation_ids()
     return _next_work(labeler=labeler, now=now, rng=rng, generation_ids=generation_ids)
 
 

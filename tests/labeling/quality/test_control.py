@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.db import transaction
@@ -11,7 +12,7 @@ from django.utils import timezone
 
 from labeling.data.exports import iter_prm800k_records
 from labeling.labelers import labeler_set_status
-from labeling.models import Assignment, AssignmentStatus, LabelerStatus, Task, TaskKind
+from labeling.models import Assignment, AssignmentStatus, Labeler, LabelerStatus, Task, TaskKind
 from labeling.quality.control import (
     generation_gold_agreement,
     generation_inter_annotator_agreement,
@@ -90,7 +91,9 @@ def test_it_never_serves_qc_items_to_unscreened_labelers(settings):
     assert a.task.kind == TaskKind.SCREENING
 
 
-def test_it_suspends_on_low_rolling_quality_and_reinstatement_starts_a_clean_window(settings):
+def _one_of_three_checked_items_agreeing(settings: Any) -> tuple[Labeler, random.Random]:
+    # A labeler whose rolling window (3 checked items, 1 agreeing: 33 % < 50 %)
+    # suspends them at their next hand-out; plenty of normal and QC work left.
     settings.QC_RATE = 1.0
     settings.QC_WINDOW = 4
     settings.QC_MIN_ITEMS = 3
@@ -101,8 +104,13 @@ def test_it_suspends_on_low_rolling_quality_and_reinstatement_starts_a_clean_win
         make_task(generation=g)
     labeler = make_labeler()
     rng = random.Random(3)
-    for pattern in (AGREE, DISAGREE, DISAGREE):  # 1 of 3 < 50%
+    for pattern in (AGREE, DISAGREE, DISAGREE):
         label(next_for(labeler=labeler, rng=rng), pattern)
+    return labeler, rng
+
+
+def test_it_suspends_on_low_rolling_quality_and_reinstatement_starts_a_clean_window(settings):
+    labeler, rng = _one_of_three_checked_items_agreeing(settings)
     assert labeler_rolling_quality(labeler=labeler).items == 3
     with pytest.raises(LabelerMayNotWork):
         assignment_next(labeler=labeler, rng=rng)
@@ -209,22 +217,12 @@ def test_it_exports_qc_and_screening_flags_for_tasks_made_by_the_services(settin
 
 def test_a_hand_out_judges_the_window_of_the_status_it_locked_not_the_one_read_before(settings):
     # The QC window of submit + next's hand-out is sent with the labeler's
-    # lock, for the status the request read before it. Suspended and reinstated by an admin in
-    # between, the labeler starts a clean window: the one sent for the old
-    # status (three checked items, one agreeing) must not suspend them.
-    settings.QC_RATE = 1.0
-    settings.QC_WINDOW = 4
-    settings.QC_MIN_ITEMS = 3
-    settings.QC_SUSPEND_BELOW = 0.5
-    g = make_generation()
-    make_qc_pool(generation=g, size=8)
-    for _ in range(12):
-        make_task(generation=g)
-    labeler = make_labeler()
-    rng = random.Random(3)
-    for pattern in (AGREE, DISAGREE, DISAGREE):
-        label(next_for(labeler=labeler, rng=rng), pattern)
-    read_before = type(labeler).objects.get(pk=labeler.pk)
+    # lock, for the status the request read before it. Suspended and
+    # reinstated by an admin in between, the labeler starts a clean window:
+    # the one sent for the old status (three checked items, one agreeing)
+    # must not suspend them.
+    labeler, rng = _one_of_three_checked_items_agreeing(settings)
+    read_before = Labeler.objects.get(pk=labeler.pk)  # what the request read before its transaction
     assert read_before.status == LabelerStatus.ACTIVE
     now = timezone.now()
     labeler_set_status(labeler=labeler, status=LabelerStatus.SUSPENDED, reason="a check", now=now)
