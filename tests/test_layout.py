@@ -200,6 +200,9 @@ RAW_SQL_ALLOWED = {
 }
 
 
+_CURSOR_HELPERS = {"prepared_cursor", "statement_sent"}  # annotate.postgresql
+
+
 def _raw_sql_calls(path: Path) -> list[int]:
     """Lines that reach for a cursor or for raw SQL through the ORM."""
     lines = []
@@ -207,8 +210,8 @@ def _raw_sql_calls(path: Path) -> list[int]:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             if node.func.attr in {"cursor", "raw", "extra"}:  # connection.cursor(), Model.objects.raw(), .extra()
                 lines.append(node.lineno)
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "prepared_cursor":
-            lines.append(node.lineno)  # annotate.postgresql.prepared_cursor(connection): a cursor too
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _CURSOR_HELPERS:
+            lines.append(node.lineno)  # annotate.postgresql's: a cursor too
         elif isinstance(node, ast.Name | ast.alias) and getattr(node, "id", getattr(node, "name", "")) == "RawSQL":
             lines.append(node.lineno)
     return lines

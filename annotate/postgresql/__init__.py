@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, TypeVar
+
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
+
+_T = TypeVar("_T")
 
 
 def prepared_cursor(db: BaseDatabaseWrapper) -> CursorWrapper:
@@ -13,3 +18,28 @@ def prepared_cursor(db: BaseDatabaseWrapper) -> CursorWrapper:
     """
     make = getattr(db, "prepared_cursor", None)
     return make() if make is not None else db.cursor()
+
+
+def statement_sent(
+    db: BaseDatabaseWrapper, statement: str, params: list[Any], read: Callable[[CursorWrapper], _T]
+) -> Callable[[], _T]:
+    """``statement`` executed now on a prepared cursor; the function returned reads its answer with ``read``, once.
+
+    Inside a pipeline (labeling.work.hotpath.pipelined) the statement is sent,
+    not waited for, so what is sent before the answer is read travels with
+    it. The function closes the cursor.
+    """
+    cursor = prepared_cursor(db)
+    try:
+        cursor.execute(statement, params)
+    except BaseException:
+        cursor.close()
+        raise
+
+    def result() -> _T:
+        try:
+            return read(cursor)
+        finally:
+            cursor.close()
+
+    return result

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import combinations
@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import Exists, OuterRef, QuerySet
 
-from annotate.postgresql import prepared_cursor
+from annotate.postgresql import statement_sent
 from labeling.labelers import labeler_set_status
 from labeling.models import (
     SCREENING_GENERATION,
@@ -290,30 +290,15 @@ ROLLING_WINDOW_IDS = """
 
 
 def _rolling_window_ids(*, labeler: Labeler) -> list[int]:
-    return rolling_window_sent(labeler=labeler).ids()
+    return rolling_window_sent(labeler=labeler)()
 
 
-@dataclass
-class SentWindow:
-    """The rolling window's statement, sent; ``ids()`` reads its answer (once).
+def rolling_window_sent(*, labeler: Labeler) -> Callable[[], list[int]]:
+    """The rolling window's statement for the labeler's status as this object holds it, sent; call to read it.
 
     Sent inside labeling.work.hotpath.pipelined(), it travels to PostgreSQL
-    with the statements around it, and ``ids()`` waits for it only then.
-    ``since`` is the status change it was asked for: a window read for an
-    older status is not the window of the current one.
+    with the statements around it (annotate.postgresql.statement_sent).
     """
-
-    since: datetime | None
-    _cursor: Any
-
-    def ids(self) -> list[int]:
-        try:
-            return [int(row[0]) for row in self._cursor.fetchall()]
-        finally:
-            self._cursor.close()
-
-
-def rolling_window_sent(*, labeler: Labeler) -> SentWindow:
     params: list[Any] = [labeler.pk, *_FINISHED, TaskKind.QUALITY_CONTROL]
     since = ""
     if labeler.status_changed_at is not None:
@@ -322,13 +307,8 @@ def rolling_window_sent(*, labeler: Labeler) -> SentWindow:
     params.append(settings.QC_WINDOW)
     # Prepared on PostgreSQL (annotate.postgresql): every hand-out runs it,
     # and its plan is the same index scan whoever the labeler is.
-    cursor = prepared_cursor(connection)
-    try:
-        cursor.execute(ROLLING_WINDOW_IDS.format(since=since), params)
-    except BaseException:
-        cursor.close()
-        raise
-    return SentWindow(since=labeler.status_changed_at, _cursor=cursor)
+    return statement_sent(connection, ROLLING_WINDOW_IDS.format(since=since), params,
+                          lambda cursor: [int(row[0]) for row in cursor.fetchall()])  # fmt: skip
 
 
 def labeler_quality_enforce(

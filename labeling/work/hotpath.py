@@ -22,7 +22,7 @@ from django.db import connection, models
 from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 
-from annotate.postgresql import prepared_cursor
+from annotate.postgresql import prepared_cursor, statement_sent
 from labeling.models import (
     Assignment,
     AssignmentStatus,
@@ -161,28 +161,6 @@ def _named(cursor: CursorWrapper, statement: str, row: tuple[Any, ...]) -> dict[
     if names is None:
         names = _COLUMNS[statement] = [c[0] for c in cursor.description]
     return dict(zip(names, row, strict=True))
-
-
-_T = TypeVar("_T")
-
-
-def _sent(statement: str, params: list[Any], read: Callable[[CursorWrapper], _T]) -> Callable[[], _T]:
-    # The statement executed now (inside pipelined(): sent, not waited for),
-    # its answer read by the function returned, which closes the cursor.
-    cursor = _cursor()
-    try:
-        cursor.execute(statement, params)
-    except BaseException:
-        cursor.close()
-        raise
-
-    def result() -> _T:
-        try:
-            return read(cursor)
-        finally:
-            cursor.close()
-
-    return result
 
 
 def _cursor() -> CursorWrapper:
@@ -357,7 +335,7 @@ def open_generation_ids() -> list[int]:
 
 def open_generation_ids_sent() -> Callable[[], list[int]]:
     """OPEN_GENERATIONS sent now; the returned function reads its answer (once), as in labeler_lock_sent."""
-    return _sent(OPEN_GENERATIONS, [GenerationStatus.OPEN, Phase.ONE, Phase.TWO],
+    return statement_sent(connection, OPEN_GENERATIONS, [GenerationStatus.OPEN, Phase.ONE, Phase.TWO],
                  lambda cursor: [int(row[0]) for row in cursor.fetchall()])  # fmt: skip
 
 
@@ -482,7 +460,7 @@ def labeler_lock_sent(*, labeler_id: int) -> Callable[[], LabelerLocked | None]:
     their own.
     """
     lock = " FOR NO KEY UPDATE OF l" if connection.features.has_select_for_update_of else ""
-    return _sent(LABELER_LOCK.format(lock=lock), [AssignmentStatus.IN_PROGRESS, labeler_id],
+    return statement_sent(connection, LABELER_LOCK.format(lock=lock), [AssignmentStatus.IN_PROGRESS, labeler_id],
                  lambda cursor: _labeler_row(cursor, labeler_id))  # fmt: skip
 
 

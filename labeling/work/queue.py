@@ -47,7 +47,6 @@ from labeling.models import (
     TaskStatus,
 )
 from labeling.quality.control import (
-    SentWindow,
     labeler_quality_enforce,
     labeler_screening_conclude,
     rolling_window_sent,
@@ -157,8 +156,9 @@ def _assignment_next_locked(
     # queue here instead of racing. The same statement reads their
     # in-progress assignment (LABELER_LOCK).
     lock = labeler_lock_sent(labeler_id=labeler.pk)
-    window: SentWindow | None = None
+    window: Callable[[], list[int]] | None = None
     generations: Callable[[], list[int]] | None = None
+    window_since = labeler.status_changed_at  # the status the window is asked for
     if read_ahead and labeler.status == LabelerStatus.ACTIVE:
         # Sent behind the lock, so they run once it is held, and read with
         # its answer (pipelined: one round trip for the three,
@@ -169,12 +169,12 @@ def _assignment_next_locked(
         window = rolling_window_sent(labeler=labeler)
         generations = open_generation_ids_sent()
     locked = lock()
-    window_ids = window.ids() if window is not None else None
+    window_ids = window() if window is not None else None
     generation_ids = generations() if generations is not None else None
     if locked is None:
         return _REFUSED
     (labeler.status, labeler.status_reason, labeler.status_changed_at), in_progress = locked
-    if window is not None and (labeler.status != LabelerStatus.ACTIVE or window.since != labeler.status_changed_at):
+    if window is not None and (labeler.status != LabelerStatus.ACTIVE or window_since != labeler.status_changed_at):
         window_ids = None  # the status changed meanwhile: that window is another status's, read it again
     if not labeler_can_take_work(labeler):
         return _REFUSED
