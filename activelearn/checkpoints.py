@@ -53,6 +53,7 @@ TRAIN_CONFIG_KEYS = frozenset(
         "max_length",
         "max_problem_tokens",
         "freeze_layers",
+        "step_features",
         "class_weighting",
         "val_fraction",
         "split_salt",
@@ -67,6 +68,9 @@ TRAIN_CONFIG_KEYS = frozenset(
         "neutral",
     }
 )
+# activelearn.prm.modeling.STEP_FEATURES' names, a literal for the same reason (pinned by
+# the same test).
+STEP_FEATURE_NAMES = frozenset({"surprise"})
 # What a checkpoint without a calibration (trained without validation data) uses: "min"
 # because "product" rewards short solutions.
 DEFAULT_THRESHOLD = 0.5
@@ -179,6 +183,9 @@ def checkpoint_create(
     unknown = set(overrides) - TRAIN_CONFIG_KEYS
     if unknown:
         raise ValueError(f"unknown training option(s): {', '.join(sorted(unknown))}")
+    features = overrides.get("step_features")
+    if features is not None and (not isinstance(features, list | tuple) or not set(features) <= STEP_FEATURE_NAMES):
+        raise ValueError(f"step_features must be a list of {sorted(STEP_FEATURE_NAMES)}, got {features!r}")
     base_filters = filters or TrainingDataFilters()
     data_filters = TrainingDataFilters.from_json({**base_filters.to_json(), "through_generation": through_generation})
     root = Path(output_root if output_root is not None else settings.CHECKPOINT_DIR)

@@ -19,6 +19,8 @@ class LabeledSequence:
     input_ids: tuple[int, ...]
     label_positions: tuple[int, ...]
     label_classes: tuple[int, ...]
+    # First token of each labeled step (EncodedWindow.step_starts), for step features.
+    label_starts: tuple[int, ...]
 
 
 def encode_examples(encoder: StepEncoder, examples: Sequence[StepExample]) -> list[LabeledSequence]:
@@ -27,17 +29,20 @@ def encode_examples(encoder: StepEncoder, examples: Sequence[StepExample]) -> li
     sequences: list[LabeledSequence] = []
     for example, windows in zip(examples, encoded, strict=True):
         for window in windows:
-            pairs = [
-                (position, label)
-                for position, step in zip(window.separator_positions, window.step_indices, strict=True)
+            triples = [
+                (position, label, start)
+                for position, step, start in zip(
+                    window.separator_positions, window.step_indices, window.step_starts, strict=True
+                )
                 if (label := example.labels[step]) is not None
             ]
-            if pairs:
+            if triples:
                 sequences.append(
                     LabeledSequence(
                         input_ids=window.input_ids,
-                        label_positions=tuple(p for p, _ in pairs),
-                        label_classes=tuple(c for _, c in pairs),
+                        label_positions=tuple(p for p, _, _ in triples),
+                        label_classes=tuple(c for _, c, _ in triples),
+                        label_starts=tuple(s for _, _, s in triples),
                     )
                 )
     return sequences
@@ -66,9 +71,12 @@ class TrainingCollator:
     def __call__(self, batch: Sequence[LabeledSequence]) -> dict[str, torch.Tensor]:
         input_ids, attention_mask = pad_batch([item.input_ids for item in batch], self.pad_id, self.pad_to_multiple_of)
         labels = torch.full_like(input_ids, IGNORE_INDEX)
+        # Laid out like ``labels``: at a labeled separator, where its step's tokens begin.
+        step_starts = torch.zeros_like(input_ids)
         for row, item in enumerate(batch):
             labels[row, list(item.label_positions)] = torch.as_tensor(item.label_classes, dtype=torch.long)
-        return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+            step_starts[row, list(item.label_positions)] = torch.as_tensor(item.label_starts, dtype=torch.long)
+        return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels, "step_starts": step_starts}
 
 
 def length_grouped_batches(

@@ -55,7 +55,8 @@ def separator_features(
     device: torch.device,
     on_batch: Callable[[], None] | None = None,
 ) -> Features:
-    """The backbone's last hidden state at every labeled separator, in sequence order."""
+    """What the head reads at every labeled separator (the backbone's last hidden state and
+    any step features, ``ProcessRewardModel.head_vectors``), in sequence order."""
     order = sorted(range(len(sequences)), key=lambda i: len(sequences[i].input_ids))
     per_sequence: dict[int, torch.Tensor] = {}
     was_training = model.training
@@ -67,17 +68,24 @@ def separator_features(
                 members = order[start : start + FEATURE_BATCH]
                 chunk = [sequences[i] for i in members]
                 input_ids, attention_mask = pad_batch([s.input_ids for s in chunk], pad_id)
+                input_ids = input_ids.to(device)
                 hidden = model.backbone(
-                    input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), use_cache=False
-                ).last_hidden_state.float()
-                for row, (index, sequence) in enumerate(zip(members, chunk, strict=True)):
-                    per_sequence[index] = hidden[row, list(sequence.label_positions)].cpu()
+                    input_ids=input_ids, attention_mask=attention_mask.to(device), use_cache=False
+                ).last_hidden_state
+                rows = torch.tensor([row for row, s in enumerate(chunk) for _ in s.label_positions], device=device)
+                cols = torch.tensor([p for s in chunk for p in s.label_positions], device=device)
+                starts = torch.tensor([p for s in chunk for p in s.label_starts], device=device)
+                vectors = model.head_vectors(hidden, input_ids, rows, cols, starts).float().cpu()
+                cursor = 0
+                for index, sequence in zip(members, chunk, strict=True):
+                    per_sequence[index] = vectors[cursor : cursor + len(sequence.label_positions)]
+                    cursor += len(sequence.label_positions)
                 if on_batch is not None:
                     on_batch()
     finally:
         model.train(was_training)
     if not per_sequence:
-        return Features(torch.zeros(0, model.prm_config.hidden_size), torch.zeros(0, dtype=torch.long))
+        return Features(torch.zeros(0, model.prm_config.head_inputs), torch.zeros(0, dtype=torch.long))
     return Features(
         torch.cat([per_sequence[i] for i in range(len(sequences))]),
         torch.tensor([c for s in sequences for c in s.label_classes], dtype=torch.long),

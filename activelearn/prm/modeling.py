@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from transformers import PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from activelearn.prm.atomic_dir import atomic_directory
-from activelearn.prm.backbones import load_backbone, load_backbone_from_directory, load_tokenizer
+from activelearn.prm.backbones import is_causal_lm_config, load_backbone, load_backbone_from_directory, load_tokenizer
 from activelearn.prm.tokenization import DEFAULT_SEPARATOR, StepEncoder, add_step_separator
 
 LABEL_NAMES: tuple[str, str, str] = ("negative", "neutral", "positive")
@@ -29,6 +30,14 @@ HEAD_FILE = "head.safetensors"
 BACKBONE_DIR = "backbone"
 TOKENIZER_DIR = "tokenizer"
 FORMAT_VERSION = 1
+# Step features: numbers the head reads beside the backbone's hidden state at a step's
+# separator, computed from the step's own tokens. "surprise": the max, mean and sum over
+# the step's tokens (its separator included) of -log p(token | everything before it)
+# under the backbone's own language-model head. A causal LM pretrained on the domain
+# gives a wrong written number or operator a low probability, and that is a signal a
+# linear head on one hidden vector finds hard to learn from a few hundred labels
+# (docs/simulation.md measures both).
+STEP_FEATURES: dict[str, int] = {"surprise": 3}
 
 
 @dataclass
@@ -40,7 +49,13 @@ class PRMConfig:
     max_problem_tokens: int = 256
     label_names: list[str] = field(default_factory=lambda: list(LABEL_NAMES))
     rating_to_class: dict[str, int] = field(default_factory=lambda: {str(k): v for k, v in RATING_TO_CLASS.items()})
+    # Names from STEP_FEATURES; saved PRMs from before this field read as none.
+    step_features: list[str] = field(default_factory=list)
     format_version: int = FORMAT_VERSION
+
+    @property
+    def head_inputs(self) -> int:
+        return self.hidden_size + sum(STEP_FEATURES[name] for name in self.step_features)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
@@ -69,7 +84,8 @@ class ProcessRewardModel(nn.Module):
             setattr(backbone, "pooler", None)  # noqa: B010 -- the attribute is typed as a Module
         self.backbone = backbone
         self.prm_config = config
-        self.head = nn.Linear(config.hidden_size, len(config.label_names))
+        check_step_features(backbone, config.step_features)
+        self.head = nn.Linear(config.head_inputs, len(config.label_names))
         # Per-class loss weights set for training (activelearn.prm.training); not saved.
         self.class_weights: torch.Tensor | None = None
 
@@ -81,6 +97,7 @@ class ProcessRewardModel(nn.Module):
         max_length: int | None = None,
         max_problem_tokens: int | None = None,
         separator: str = DEFAULT_SEPARATOR,
+        step_features: Sequence[str] = (),
         dtype: torch.dtype | None = None,
     ) -> tuple[ProcessRewardModel, PreTrainedTokenizerBase]:
         """Fresh PRM (untrained head) on top of a backbone; see ``backbones.load_backbone``."""
@@ -101,6 +118,7 @@ class ProcessRewardModel(nn.Module):
             separator=separator,
             max_length=length,
             max_problem_tokens=max_problem_tokens if max_problem_tokens is not None else length // 2,
+            step_features=list(step_features),
         )
         model = cls(backbone, config)
         if dtype is not None:
@@ -152,13 +170,21 @@ class ProcessRewardModel(nn.Module):
         attention_mask: torch.Tensor,
         labels: torch.Tensor | None = None,
         positions: tuple[torch.Tensor, torch.Tensor] | None = None,
+        step_starts: torch.Tensor | None = None,
     ) -> PRMOutput:
+        """Head logits at the labeled separators (``labels``) or at ``positions``.
+
+        ``step_starts`` gives where each step's tokens begin (``EncodedWindow.step_starts``):
+        laid out like ``labels`` ([batch, seq]) or parallel to ``positions``. Only step
+        features read it; a PRM without them ignores it.
+        """
         hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
         # Only separator positions matter, so the head runs on those rows alone.
         if labels is not None:
-            selected = labels != IGNORE_INDEX
-            logits = self.head(hidden[selected].to(self.head.weight.dtype))
-            targets = labels[selected]
+            rows, cols = (labels != IGNORE_INDEX).nonzero(as_tuple=True)
+            starts = None if step_starts is None else step_starts[rows, cols]
+            logits = self.head(self.head_vectors(hidden, input_ids, rows, cols, starts))
+            targets = labels[rows, cols]
             # An all-unlabeled batch still yields a connected (zero) loss: under DDP every
             # rank has to run backward.
             weights = None if self.class_weights is None else self.class_weights.to(logits.device)
@@ -166,8 +192,77 @@ class ProcessRewardModel(nn.Module):
             return PRMOutput(logits=logits, loss=loss)
         if positions is not None:
             rows, cols = positions
-            return PRMOutput(logits=self.head(hidden[rows, cols].to(self.head.weight.dtype)), loss=None)
+            return PRMOutput(logits=self.head(self.head_vectors(hidden, input_ids, rows, cols, step_starts)), loss=None)
+        if self.prm_config.step_features:
+            raise ValueError("a PRM with step features scores separators only: pass labels or positions")
         return PRMOutput(logits=self.head(hidden.to(self.head.weight.dtype)), loss=None)
+
+    def head_vectors(
+        self,
+        hidden: torch.Tensor,
+        input_ids: torch.Tensor,
+        rows: torch.Tensor,
+        cols: torch.Tensor,
+        starts: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """What the head reads at each (row, col) separator: the hidden state, then the
+        step features in ``prm_config.step_features`` order."""
+        vectors = hidden[rows, cols].to(self.head.weight.dtype)
+        if not self.prm_config.step_features:
+            return vectors
+        if starts is None:
+            raise ValueError("step features need step_starts (EncodedWindow.step_starts)")
+        parts = [vectors]
+        for name in self.prm_config.step_features:
+            if name == "surprise":
+                parts.append(self._surprise(hidden, input_ids, rows, cols, starts).to(vectors.dtype))
+        return torch.cat(parts, dim=-1)
+
+    def _surprise(
+        self,
+        hidden: torch.Tensor,
+        input_ids: torch.Tensor,
+        rows: torch.Tensor,
+        cols: torch.Tensor,
+        starts: torch.Tensor,
+    ) -> torch.Tensor:
+        embeddings = self.backbone.get_input_embeddings()
+        assert isinstance(embeddings, nn.Embedding)
+        out = torch.zeros(len(rows), STEP_FEATURES["surprise"], device=hidden.device)
+        if not len(rows):
+            return out
+        # One log-softmax per sequence over the span its scored steps cover: the
+        # position before a token predicts it, so token t's surprise is read at t - 1.
+        # The vocabulary can be large (49k for SmolLM2), hence not the whole batch at once.
+        for row in sorted(set(rows.tolist())):
+            members = (rows == row).nonzero(as_tuple=True)[0]
+            first = max(1, int(starts[members].min()))
+            last = int(cols[members].max())
+            logits = hidden[row, first - 1 : last].float() @ embeddings.weight.float().T
+            targets = input_ids[row, first : last + 1]
+            surprise = -torch.log_softmax(logits, dim=-1).gather(1, targets[:, None])[:, 0]
+            for member in members.tolist():
+                start = max(1, int(starts[member]))
+                span = surprise[start - first : int(cols[member]) - first + 1]
+                out[member] = torch.stack([span.max(), span.mean(), span.sum()])
+        return out
+
+
+def check_step_features(backbone: PreTrainedModel, names: Sequence[str]) -> None:
+    """Refuse step features a backbone cannot compute, naming the feature and the reason."""
+    for name in names:
+        if name not in STEP_FEATURES:
+            raise ValueError(f"unknown step feature {name!r}; known: {sorted(STEP_FEATURES)}")
+        if name == "surprise" and not (
+            is_causal_lm_config(backbone.config) and getattr(backbone.config, "tie_word_embeddings", False)
+        ):
+            # A base model keeps its input embeddings only; with tied weights they are the
+            # LM head, and an encoder's head never predicted the next token.
+            raise ValueError(
+                "step feature 'surprise' needs a causal language model whose output embeddings are its "
+                f"input embeddings (tie_word_embeddings); {type(backbone).__name__} "
+                f"({getattr(backbone.config, '_name_or_path', '') or 'this backbone'}) is not"
+            )
 
 
 def _init_separator_embedding(backbone: PreTrainedModel, sep_id: int, vocab_len: int) -> None:

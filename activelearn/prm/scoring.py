@@ -96,11 +96,13 @@ def score_solutions(
                 input_ids, attention_mask = pad_batch([w.input_ids for _, w in chunk], encoder.pad_id)
                 rows = torch.tensor([r for r, (_, w) in enumerate(chunk) for _ in w.separator_positions])
                 cols = torch.tensor([p for _, w in chunk for p in w.separator_positions])
+                starts = torch.tensor([s for _, w in chunk for s in w.step_starts])
                 with _autocast(device):
                     logits = model(
                         input_ids.to(device),
                         attention_mask.to(device),
                         positions=(rows.to(device), cols.to(device)),
+                        step_starts=starts.to(device),
                     ).logits
                 probs = torch.softmax(logits.float(), dim=-1).cpu().tolist()
                 cursor = 0

@@ -31,6 +31,10 @@ class EncodedWindow:
     separator_positions: tuple[int, ...]
     # Index (within the solution's steps) of the step each separator closes.
     step_indices: tuple[int, ...]
+    # Position of each scored step's first token in the window (its separator, when the
+    # window cut the step's text away): the span a step's own tokens occupy is
+    # ``input_ids[start : separator + 1]``, which step features read (modeling).
+    step_starts: tuple[int, ...]
 
 
 def add_step_separator(tokenizer: PreTrainedTokenizerBase, separator: str = DEFAULT_SEPARATOR) -> int:
@@ -121,6 +125,7 @@ class StepEncoder:
                     input_ids=tuple(full_head + body[: ends[short[-1]]]),
                     separator_positions=tuple(head_len + ends[k] - 1 for k in short),
                     step_indices=tuple(short),
+                    step_starts=tuple(head_len + (ends[k - 1] if k else 0) for k in short),
                 )
             )
         if len(short) == len(step_ids):
@@ -145,6 +150,8 @@ class StepEncoder:
                     input_ids=tuple(head + body[window_start:window_end]),
                     separator_positions=tuple(ends[k] - 1 + offset for k in members),
                     step_indices=tuple(members),
+                    # A step that began before the window's slice starts at the slice.
+                    step_starts=tuple(max(window_start, ends[k - 1] if k else 0) + offset for k in members),
                 )
             )
         return windows

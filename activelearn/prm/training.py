@@ -84,6 +84,8 @@ class TrainConfig:
     max_problem_tokens: int | None = None  # None: max_length // 2
     # Embeddings and this many lower transformer layers get no gradient (None: recipe).
     freeze_layers: int | None = None
+    # Step features the head reads (activelearn.prm.modeling.STEP_FEATURES; None: recipe).
+    step_features: tuple[str, ...] | None = None
     # "balanced": the loss weighs each class by total / (classes x its count), so a
     # minority of -1 steps is not drowned by the +1 majority; "none": plain cross-entropy.
     class_weighting: str = "balanced"
@@ -113,7 +115,16 @@ class TrainConfig:
             num_epochs=self.num_epochs if self.num_epochs is not None else recipe.num_epochs,
             max_length=self.max_length if self.max_length is not None else recipe.max_length,
             freeze_layers=self.freeze_layers if self.freeze_layers is not None else recipe.freeze_layers,
+            step_features=self._resolved_step_features(recipe.step_features),
         )
+
+    def _resolved_step_features(self, recipe_features: tuple[str, ...]) -> tuple[str, ...] | None:
+        if self.step_features is not None:
+            return tuple(self.step_features)
+        # Training on from a saved PRM keeps the head it has, whatever today's recipe says.
+        if (Path(self.backbone).expanduser() / CONFIG_FILE).is_file():
+            return None
+        return recipe_features
 
 
 @dataclass(frozen=True)
@@ -193,9 +204,18 @@ def _build_model(config: TrainConfig) -> tuple[ProcessRewardModel, PreTrainedTok
     source = Path(config.backbone).expanduser()
     if (source / CONFIG_FILE).is_file():
         model, tokenizer = ProcessRewardModel.from_pretrained(source)
+        saved = tuple(model.prm_config.step_features)
+        if config.step_features is not None and tuple(config.step_features) != saved:
+            # The head's inputs are fixed by the saved PRM; another set would need a new head.
+            raise ValueError(
+                f"step_features {list(config.step_features)} differ from the saved PRM's {list(saved)} ({source})"
+            )
     else:
         model, tokenizer = ProcessRewardModel.from_backbone(
-            config.backbone, max_length=config.max_length, max_problem_tokens=config.max_problem_tokens
+            config.backbone,
+            max_length=config.max_length,
+            max_problem_tokens=config.max_problem_tokens,
+            step_features=config.step_features or (),
         )
     freeze_lower_layers(model, config.freeze_layers or 0)
     return model, tokenizer

@@ -6,6 +6,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from activelearn.checkpoints import (
+    STEP_FEATURE_NAMES,
     TRAIN_CONFIG_KEYS,
     CheckpointStoppedError,
     NoTrainingDataError,
@@ -15,7 +16,7 @@ from activelearn.checkpoints import (
     checkpoint_transition,
 )
 from activelearn.models import CheckpointStatus, PRMCheckpoint, SolutionScore
-from activelearn.prm.modeling import ProcessRewardModel
+from activelearn.prm.modeling import STEP_FEATURES, ProcessRewardModel
 from activelearn.prm.scoring import score_solutions
 from activelearn.prm.training import ForeignRunError, TrainConfig, output_dir_claim
 from activelearn.solution_scoring import solutions_score, solutions_score_range
@@ -221,6 +222,13 @@ def test_it_raises_before_creating_a_row_when_every_label_is_filtered_out(checkp
 def test_it_allows_exactly_the_train_config_fields_it_can_override():
     fields = {f.name for f in dataclasses.fields(TrainConfig)} - {"output_dir", "backbone"}
     assert fields == TRAIN_CONFIG_KEYS
+    assert set(STEP_FEATURES) == STEP_FEATURE_NAMES
+
+
+def test_it_refuses_an_unknown_step_feature_before_creating_a_run():
+    with pytest.raises(ValueError, match="step_features must be a list of \\['surprise'\\], got \\['smell'\\]"):
+        checkpoint_create(base_model="tiny:llama", through_generation=None, config={"step_features": ["smell"]})
+    assert not PRMCheckpoint.objects.exists()
 
 
 @pytest.mark.parametrize("reduction", ["product", "min"])

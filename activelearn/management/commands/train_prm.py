@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from activelearn.checkpoints import (
+    STEP_FEATURE_NAMES,
     BackboneMissingError,
     NoTrainingDataError,
     SplitSelectionError,
@@ -49,6 +50,12 @@ class Command(BaseCommand):
         parser.add_argument("--gradient-accumulation-steps", type=int)
         parser.add_argument("--max-length", type=int)
         parser.add_argument("--freeze-layers", type=int, help="lower transformer layers kept frozen")
+        parser.add_argument(
+            "--step-features",
+            nargs="*",
+            choices=sorted(STEP_FEATURE_NAMES),
+            help="what the head reads beside the hidden state (none given: none; default: the backbone family's)",
+        )
         parser.add_argument("--class-weighting", choices=["balanced", "none"], help="loss weights per class")
         parser.add_argument("--val-fraction", type=float)
         parser.add_argument("--seed", type=int)
@@ -89,6 +96,7 @@ class Command(BaseCommand):
                         ("gradient_accumulation_steps", "gradient_accumulation_steps"),
                         ("max_length", "max_length"),
                         ("freeze_layers", "freeze_layers"),
+                        ("step_features", "step_features"),
                         ("class_weighting", "class_weighting"),
                         ("val_fraction", "val_fraction"),
                         ("seed", "seed"),

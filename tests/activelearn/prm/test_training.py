@@ -135,7 +135,7 @@ def test_every_epoch_reports_auroc_and_the_majority_baseline_and_validation_pick
 
 
 def test_balanced_class_weights_count_each_class_equally():
-    sequences = [LabeledSequence((1, 2, 3), (1, 2), (2, 2)), LabeledSequence((1, 2), (1,), (0,))]
+    sequences = [LabeledSequence((1, 2, 3), (1, 2), (2, 2), (1, 2)), LabeledSequence((1, 2), (1,), (0,), (1,))]
     weights = class_weights(sequences, 3)
     # 3 labels: two positive (weight 3 / (2 x 2)), one negative (3 / (2 x 1)), no neutral.
     assert weights.tolist() == pytest.approx([1.5, 0.0, 0.75])

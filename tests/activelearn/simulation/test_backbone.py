@@ -1,4 +1,5 @@
 import json
+import math
 from dataclasses import replace
 
 import pytest
@@ -7,6 +8,7 @@ from transformers import AutoModelForCausalLM
 
 from activelearn.prm import ProcessRewardModel, TrainConfig, train_prm
 from activelearn.prm.backbones import load_tokenizer
+from activelearn.prm.recipes import FREEZE_ALL
 from activelearn.prm.tokenization import DEFAULT_SEPARATOR
 from activelearn.simulation import backbone as sim_backbone
 from activelearn.simulation.backbone import (
@@ -91,21 +93,38 @@ def test_a_sim_backbone_trains_as_a_prm_through_train_prm_keeping_its_pretrained
     texts = problem_texts(dataset.problems)
     oracle = OracleLabeler()
     labeled = [oracle.label(texts[s.problem_id], s) for s in dataset.all_solutions()]
+    # The simulated recipe: the LM stays as pretrained and the head reads its surprise.
     result = train_prm(
         labeled,
         TrainConfig(
-            output_dir=tmp_path / "prm",
+            output_dir=tmp_path / "prm", backbone="sim:digits-tiny", batch_size=8, checkpoint_every=0, cpu=True
+        ),
+        validation=[],
+    )
+    assert result.hyperparameters["freeze_layers"] == FREEZE_ALL
+    assert result.hyperparameters["step_features"] == ("surprise",)
+    trained, _ = ProcessRewardModel.from_pretrained(result.final_dir)
+    assert trained.prm_config.step_features == ["surprise"]
+    assert trained.head.in_features == TINY.hidden_size + 3
+    before = pretrained.get_submodule("model.layers.0.mlp.up_proj").weight
+    assert torch.equal(before, trained.backbone.get_submodule("layers.0.mlp.up_proj").weight)
+
+    # Fine-tuning the whole model stays an option, surprise and all: gradients flow
+    # through the LM's own predictions into its weights.
+    tuned = train_prm(
+        labeled,
+        TrainConfig(
+            output_dir=tmp_path / "tuned",
             backbone="sim:digits-tiny",
             num_epochs=1,
             batch_size=8,
+            freeze_layers=0,
             checkpoint_every=0,
             cpu=True,
         ),
         validation=[],
     )
-    assert result.hyperparameters["learning_rate"] > 0 and result.hyperparameters["freeze_layers"] == 0
-    assert result.optimizer_steps >= 4
-    trained, _ = ProcessRewardModel.from_pretrained(result.final_dir)
-    before = pretrained.get_submodule("model.layers.0.mlp.up_proj").weight
-    after = trained.backbone.get_submodule("layers.0.mlp.up_proj").weight
+    assert tuned.optimizer_steps >= 4 and all(math.isfinite(loss) for _, loss in tuned.train_loss_curve)
+    moved, _ = ProcessRewardModel.from_pretrained(tuned.final_dir)
+    after = moved.backbone.get_submodule("layers.0.mlp.up_proj").weight
     assert not torch.allclose(before, after), "fine-tuning should move the pretrained weights"
