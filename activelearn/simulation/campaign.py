@@ -66,8 +66,11 @@ BOOTSTRAP_RESAMPLES = 2000
 
 @dataclass(frozen=True)
 class CampaignConfig:
-    generations: int = 4
-    labels_per_generation: int = 100  # solutions sent to the oracle per generation
+    # Few labels per generation: the PRM reads a pretrained LM's surprise, so by about 100
+    # labeled solutions either strategy's PRM is near its ceiling (step AUROC 0.99) and a
+    # comparison shows nothing; the default budget stays where the curves still climb.
+    generations: int = 6
+    labels_per_generation: int = 10  # solutions sent to the oracle per generation
     seed: int = 0
     backbone: str = DEFAULT_SIM_BACKBONE
     # Where ``sim:`` backbones are cached; None: $ANNOTATE_VAR_DIR/simulation/backbones.
@@ -86,9 +89,11 @@ class CampaignConfig:
     num_epochs: int = 6
     batch_size: int = 8
     max_length: int = 256
-    # Lower transformer layers (and embeddings) kept as pretrained: fewer weights to fit a
-    # few hundred labels with, so the PRM leans on what pretraining learned.
-    freeze_layers: int = 0
+    # Lower transformer layers (and embeddings) kept as pretrained, and what the head reads
+    # beside the hidden state; None: the backbone family's recipe (for sim: backbones the
+    # whole LM frozen and its surprise at each step, activelearn.prm.recipes).
+    freeze_layers: int | None = None
+    step_features: tuple[str, ...] | None = None
     best_of_n_sizes: tuple[int, ...] = (4, 16)
     threshold: float = 0.5
     score_batch_size: int = 64
@@ -144,6 +149,9 @@ class CampaignResult:
     strategy: Strategy
     config: CampaignConfig
     generations: tuple[GenerationMetrics, ...]
+    # The baseline every PRM here has to beat: held-out step AUROC of the frozen backbone's
+    # summed surprise at each step, with no label at all (None: the backbone has no LM head).
+    zero_shot_auroc: float | None = None
 
     def curve(self, metric: str = PRIMARY_METRIC, unit: Unit = "solutions") -> list[tuple[float, float]]:
         return [(budget(g, unit), metric_value(g, metric)) for g in self.generations]
@@ -185,9 +193,10 @@ def _train_and_load(
                 num_epochs=config.num_epochs,
                 batch_size=config.batch_size,
                 max_length=config.max_length,
-                # Fine-tune everything on a plain loss, whatever the backbone family's
-                # defaults: the published campaign table was measured that way.
                 freeze_layers=config.freeze_layers,
+                step_features=config.step_features,
+                # A plain loss, whatever the backbone family's default: the published
+                # campaign table was measured that way.
                 class_weighting="none",
                 checkpoint_every=0,
                 seed=config.seed,
@@ -276,6 +285,33 @@ def _evaluate(model: Any, tokenizer: Any, held_out: Dataset, config: CampaignCon
     )
 
 
+def zero_shot_surprise_auroc(backbone: str, held_out: Dataset, config: CampaignConfig) -> float | None:
+    """Step AUROC on the held-out steps a phase-2 labeler would rate, ranking each step by
+    the frozen LM's summed surprise at its tokens (``STEP_FEATURES["surprise"]``)."""
+    import torch
+
+    from activelearn.prm import ProcessRewardModel
+    from activelearn.prm.batching import encode_examples
+    from activelearn.prm.data import build_examples
+    from activelearn.prm.evaluation import auroc
+    from activelearn.prm.head_training import separator_features
+    from activelearn.prm.modeling import NEGATIVE
+
+    try:
+        model, tokenizer = ProcessRewardModel.from_backbone(
+            backbone, max_length=config.max_length, step_features=["surprise"]
+        )
+    except ValueError:  # an encoder, or an LM whose head is not its embeddings
+        return None
+    texts = problem_texts(held_out.problems)
+    truth = OracleLabeler(neutral_fillers=config.neutral_fillers)
+    examples = build_examples([truth.label(texts[s.problem_id], s) for s in held_out.all_solutions()])
+    sequences = encode_examples(model.step_encoder(tokenizer), examples)
+    features = separator_features(model, sequences, model.step_encoder(tokenizer).pad_id, torch.device("cpu"))
+    fine = (features.classes != NEGATIVE).tolist()
+    return auroc((-features.vectors[:, -1]).tolist(), fine)  # the last feature: the sum
+
+
 def pool_solutions(problems: Sequence[Problem], config: CampaignConfig, generation: int) -> list[GeneratedSolution]:
     """The pool a generation selects from: the same problems, and with ``pool="fresh"`` a
     new draw of solutions for every generation after the first (ids differ per draw)."""
@@ -289,8 +325,8 @@ def pool_solutions(problems: Sequence[Problem], config: CampaignConfig, generati
 
 def run_campaign(
     strategy: Strategy,
-    generations: int = 4,
-    labels_per_generation: int = 100,
+    generations: int = CampaignConfig.generations,
+    labels_per_generation: int = CampaignConfig.labels_per_generation,
     seed: int = 0,
     backbone: str = DEFAULT_SIM_BACKBONE,
     *,
@@ -398,7 +434,12 @@ def run_campaign_config(
                     scores = {s.solution_id: r.score for s, r in zip(unlabeled, scored, strict=True)}
             if generation > 0:  # generation 0's PRM is shared between the strategies and stays
                 shutil.rmtree(gen_dir, ignore_errors=True)
-        return CampaignResult(strategy=strategy, config=config, generations=tuple(history))
+        return CampaignResult(
+            strategy=strategy,
+            config=config,
+            generations=tuple(history),
+            zero_shot_auroc=zero_shot_surprise_auroc(backbone, held_out, config),
+        )
     finally:
         if owned:
             shutil.rmtree(root, ignore_errors=True)
@@ -584,6 +625,13 @@ class Comparison:
                     f"{statistics.fmean(r.selected_wrong_answer_share for r in rows):.2f} | "
                     f"{statistics.fmean(r.selected_subtle_share for r in rows):.2f} | " + " | ".join(cells) + " |"
                 )
+        zero_shot = [r.zero_shot_auroc for r in self.results["uniform"] if r.zero_shot_auroc is not None]
+        if zero_shot:
+            lines += [
+                "",
+                "Baselines of `step_auroc`: random 0.500; the frozen backbone's summed surprise at each step's "
+                f"tokens, no labels: {_interval(zero_shot)}. Of `bon_prm@N`: majority vote (the last column).",
+            ]
         lines += [
             "",
             "Held-out first-error localisation at the last generation, by the first error's kind "
@@ -706,7 +754,12 @@ def _interval(values: Sequence[float]) -> str:
 
 def _result_json(result: CampaignResult) -> dict[str, Any]:
     config = asdict(result.config)
-    return {"strategy": result.strategy, "config": config, "generations": [asdict(g) for g in result.generations]}
+    return {
+        "strategy": result.strategy,
+        "config": config,
+        "zero_shot_auroc": result.zero_shot_auroc,
+        "generations": [asdict(g) for g in result.generations],
+    }
 
 
 def compare_strategies(
@@ -886,6 +939,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--learning-rate", type=float, default=None)
     parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
     parser.add_argument(
+        "--freeze-layers", type=int, default=None, help="lower layers kept frozen (default: the backbone's recipe)"
+    )
+    parser.add_argument(
+        "--step-features",
+        nargs="*",
+        default=None,
+        help="what the PRM head reads beside the hidden state, e.g. surprise (none given: none; default: recipe)",
+    )
+    parser.add_argument(
         "--workers", type=int, default=2, help="seeds run in parallel, one torch thread each (1: in this process)"
     )
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
@@ -914,6 +976,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         num_epochs=args.epochs,
         batch_size=args.batch_size,
         learning_rate=args.learning_rate,
+        freeze_layers=args.freeze_layers,
+        step_features=None if args.step_features is None else tuple(args.step_features),
     )
     paths = comparison.write_report(args.out)
     print(comparison.to_markdown())

@@ -73,6 +73,7 @@ def test_a_two_generation_campaign_trains_selects_labels_and_records_metrics(tmp
         assert set(metrics.best_of_n) == {2, 4}
         assert 0.0 <= metrics.best_of_n[4]["majority"] <= 1.0
     assert len(messages) == 2
+    assert result.zero_shot_auroc is None  # tiny:llama's head is not its embeddings: no surprise
 
 
 def test_comparing_strategies_writes_a_table_and_a_plot(tmp_path):
@@ -133,6 +134,10 @@ def test_a_campaign_on_a_pretrained_sim_backbone_reports_intervals_over_seeds_in
     for metric in ("first_error_f1", "step_auroc", "bon_prm@4"):
         assert f"| `{metric}` | solutions |" in table and f"| `{metric}` | step labels |" in table
     assert "bootstrap" in table and "fresh pool" in table
+    # The no-label baseline is printed beside the PRM's AUROC, from each seed's held-out set.
+    zero_shot = [r.zero_shot_auroc for r in comparison.results["uniform"]]
+    assert all(z is not None and 0.0 <= z <= 1.0 for z in zero_shot)
+    assert "summed surprise at each step's tokens, no labels" in table
     convincing, uniform = (comparison.results[s][0].generations[1] for s in STRATEGIES)
     assert convincing.labeled_solutions == uniform.labeled_solutions == 16
     again = compare_strategies(
