@@ -363,20 +363,40 @@
       return;
     }
     inflight += 1;
+    // Counted down when the request ends, on the request itself: htmx sends afterRequest
+    // to the element that made it, and from a form that a newer response has already
+    // replaced that event never reaches the document, which left inflight stuck above 0
+    // and every later key waiting.
+    e.detail.xhr.addEventListener("loadend", requestEnded);
     // No key press may aim at a task that is being left.
     if (posting) hold = hold || "Sending.";
   });
-  document.addEventListener("htmx:afterRequest", function () {
+  // Phase 1: the keys pressed while requests were in flight, in order, once none is.
+  function replayPending() {
+    while (!queue && inflight === 0 && pendingKeys.length) handleKey(pendingKeys.shift());
+  }
+
+  // After htmx has handled the response (its "load" handler, the swap, runs first).
+  function requestEnded(e) {
     inflight = Math.max(0, inflight - 1);
-  });
+    // Waiting keys are replayed when the panel this response brings has settled (below),
+    // so that they aim at the cursor of that panel. A response that brings none (an older
+    // version's, not swapped in; one for a panel already replaced) never settles: replay
+    // them now, on the panel shown.
+    if (!e.target.panelComing) replayPending();
+  }
 
   document.addEventListener("htmx:beforeSwap", function (e) {
-    var header = e.detail.xhr && e.detail.xhr.getResponseHeader("X-Rating-Version");
-    if (!header || !e.detail.shouldSwap || queue) return;
-    var parts = header.split(":");
-    var id = parts[0], version = parseInt(parts[1], 10);
-    if ((shown[id] || 0) > version) { e.detail.shouldSwap = false; return; }
-    shown[id] = version;
+    var xhr = e.detail.xhr;
+    var header = xhr && xhr.getResponseHeader("X-Rating-Version");
+    if (header && e.detail.shouldSwap && !queue) {
+      var parts = header.split(":");
+      var id = parts[0], version = parseInt(parts[1], 10);
+      if ((shown[id] || 0) > version) e.detail.shouldSwap = false;
+      else shown[id] = version;
+    }
+    // Read by requestEnded: a panel will settle after this response.
+    if (xhr) xhr.panelComing = e.detail.shouldSwap;
   });
 
   document.addEventListener("htmx:responseError", function (e) {
@@ -411,7 +431,7 @@
     // Once per response: out-of-band rows settle too, each with this event.
     if (!e.target || e.target.id !== "task") return;
     initPanel();
-    while (!queue && inflight === 0 && pendingKeys.length) handleKey(pendingKeys.shift());
+    replayPending();
   });
 
   // A page restored from the back/forward cache shows a state that may be

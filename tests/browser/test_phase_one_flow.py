@@ -126,3 +126,46 @@ def test_it_builds_a_solution_from_candidates_and_its_own_step_and_round_trips_t
     assert len(generator_server.requests) >= 3
 
     assert export_import_export(tmp_path)
+
+
+def test_a_key_pressed_while_a_skipped_older_response_is_in_flight_still_lands(live_server, page, generator_server):
+    # Mouse and keyboard at once on a slow server: the first click's response comes back
+    # after the second's and is not swapped in (it is older), so no panel settles after
+    # it. A key pressed while it was in flight waited for that panel; it must still land,
+    # on the step the labeler saw selected.
+    make_phase_one_task()
+    make_labeler(name="ann")
+    page.goto(live_server.url + "/")
+    page.fill("input[name=username]", "ann")
+    page.fill("input[name=password]", "pw-for-tests-1")
+    page.click("button[type=submit]")
+    page.click("text=Start labeling")
+    page.wait_for_selector("#c-0-0.cursor")
+    page.wait_for_selector("#c-0-0 .katex")
+
+    held: list = []
+    seen: list = []
+
+    def hold_the_first(route):  # later ratings of c-0-0 go straight through
+        seen.append(route)
+        held.append(route) if len(seen) == 1 else route.continue_()
+
+    page.route("**/phase-one/0/0/", hold_the_first)
+    page.click("#c-0-0 .rate.good")
+    while not held:
+        page.wait_for_timeout(20)
+    page.click("#c-0-1 .rate.bad")  # answered at once, and swapped in
+    page.wait_for_selector("#c-0-1 .rate.bad.on")
+    page.wait_for_function("() => document.querySelectorAll('.htmx-request').length <= 1")
+    cursor = page.evaluate("() => document.querySelector('#task form.completion.cursor').id")
+    page.keyboard.press("2")  # waits: a request is still in flight
+    held.pop().continue_()
+
+    page.wait_for_selector(f"#{cursor} .rate.okay.on")
+    _wait_saved(page)
+    step = LabeledStep.objects.get(assignment=Assignment.objects.get(), index=0)
+    ratings = {r.completion_index: r.rating for r in step.ratings.all()}
+    pressed = int(cursor.rsplit("-", 1)[1])
+    assert ratings[pressed] == 0  # the key press, on the step that was selected
+    assert ratings[0] == (0 if pressed == 0 else 1) and ratings[1] == (0 if pressed == 1 else -1)
+    assert page.js_errors == []
