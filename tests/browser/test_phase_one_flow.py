@@ -51,6 +51,17 @@ def generator_server(settings) -> Iterator[ServerState]:
     app.conf.task_always_eager = previous
 
 
+def _start_as_ann(live_server, page) -> None:
+    """A phase-1 task and its labeler, signed in and started."""
+    make_phase_one_task()
+    make_labeler(name="ann")
+    page.goto(live_server.url + "/")
+    page.fill("input[name=username]", "ann")
+    page.fill("input[name=password]", "pw-for-tests-1")
+    page.click("button[type=submit]")
+    page.click("text=Start labeling")
+
+
 def _wait_saved(page) -> None:
     page.wait_for_function("() => !document.querySelector('.htmx-request')")
 
@@ -58,14 +69,7 @@ def _wait_saved(page) -> None:
 def test_it_builds_a_solution_from_candidates_and_its_own_step_and_round_trips_the_export(
     live_server, page, generator_server, tmp_path
 ):
-    make_phase_one_task()
-    make_labeler(name="ann")
-
-    page.goto(live_server.url + "/")
-    page.fill("input[name=username]", "ann")
-    page.fill("input[name=password]", "pw-for-tests-1")
-    page.click("button[type=submit]")
-    page.click("text=Start labeling")
+    _start_as_ann(live_server, page)
 
     # Step 1: three candidates from the server; rate them by keyboard (good, bad, okay).
     page.wait_for_selector("#c-0-0.cursor")
@@ -133,13 +137,7 @@ def test_a_key_pressed_while_a_skipped_older_response_is_in_flight_still_lands(l
     # after the second's and is not swapped in (it is older), so no panel settles after
     # it. A key pressed while it was in flight waited for that panel; it must still land,
     # on the step the labeler saw selected.
-    make_phase_one_task()
-    make_labeler(name="ann")
-    page.goto(live_server.url + "/")
-    page.fill("input[name=username]", "ann")
-    page.fill("input[name=password]", "pw-for-tests-1")
-    page.click("button[type=submit]")
-    page.click("text=Start labeling")
+    _start_as_ann(live_server, page)
     page.wait_for_selector("#c-0-0.cursor")
     page.wait_for_selector("#c-0-0 .katex")
 

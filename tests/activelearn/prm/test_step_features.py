@@ -11,7 +11,7 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from activelearn.prm import TrainConfig, train_prm
 from activelearn.prm.batching import encode_examples
-from activelearn.prm.data import build_examples
+from activelearn.prm.data import LabeledSolution, build_examples
 from activelearn.prm.head_training import separator_features
 from activelearn.prm.modeling import CONFIG_FILE, PRMConfig, ProcessRewardModel
 from activelearn.prm.recipes import FREEZE_ALL, recipe_for
@@ -32,6 +32,13 @@ def solutions():
     dataset = build_dataset(6, 3, seed=4)
     texts = problem_texts(dataset.problems)
     return [(texts[s.problem_id], s.step_texts) for s in dataset.all_solutions()]
+
+
+def _oracle_labeled(problems: int, per_problem: int, seed: int) -> list[LabeledSolution]:
+    dataset = build_dataset(problems, per_problem, seed=seed)
+    texts = problem_texts(dataset.problems)
+    oracle = OracleLabeler()
+    return [oracle.label(texts[s.problem_id], s) for s in dataset.all_solutions()]
 
 
 def _surprise_prm(directory: Path, max_length: int = 256) -> tuple[ProcessRewardModel, PreTrainedTokenizerBase]:
@@ -102,10 +109,7 @@ def test_with_surprise_a_step_score_depends_only_on_its_prefix_in_any_window(lm_
 
 
 def test_a_head_trained_on_frozen_features_scores_through_the_same_features(lm_directory, tmp_path):
-    dataset = build_dataset(10, 3, seed=5)
-    texts = problem_texts(dataset.problems)
-    oracle = OracleLabeler()
-    labeled = [oracle.label(texts[s.problem_id], s) for s in dataset.all_solutions()]
+    labeled = _oracle_labeled(10, 3, seed=5)
     result = train_prm(
         labeled,
         TrainConfig(
@@ -170,9 +174,7 @@ def test_a_prm_saved_before_step_features_loads_with_none(lm_directory, tmp_path
 def test_training_on_from_a_saved_prm_keeps_its_features_and_refuses_others(lm_directory, tmp_path, solutions):
     model, tokenizer = _surprise_prm(lm_directory, max_length=64)
     model.save_pretrained(tmp_path / "saved", tokenizer)
-    dataset = build_dataset(3, 2, seed=6)
-    texts = problem_texts(dataset.problems)
-    labeled = [OracleLabeler().label(texts[s.problem_id], s) for s in dataset.all_solutions()]
+    labeled = _oracle_labeled(3, 2, seed=6)
     config = TrainConfig(
         output_dir=tmp_path / "again", backbone=str(tmp_path / "saved"), num_epochs=1, checkpoint_every=0, cpu=True
     )
