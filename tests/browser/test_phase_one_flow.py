@@ -4,6 +4,7 @@ server (tests/activelearn/stepgen/completions_server.py), and what the export ma
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -141,8 +142,8 @@ def test_a_key_pressed_while_a_skipped_older_response_is_in_flight_still_lands(l
     page.wait_for_selector("#c-0-0.cursor")
     page.wait_for_selector("#c-0-0 .katex")
 
-    held: list = []
-    seen: list = []
+    held: list[Any] = []
+    seen: list[Any] = []
 
     def hold_the_first(route):  # later ratings of c-0-0 go straight through
         seen.append(route)
