@@ -306,10 +306,22 @@ def zero_shot_surprise_auroc(backbone: str, held_out: Dataset, config: CampaignC
     texts = problem_texts(held_out.problems)
     truth = OracleLabeler(neutral_fillers=config.neutral_fillers)
     examples = build_examples([truth.label(texts[s.problem_id], s) for s in held_out.all_solutions()])
-    sequences = encode_examples(model.step_encoder(tokenizer), examples)
-    features = separator_features(model, sequences, model.step_encoder(tokenizer).pad_id, torch.device("cpu"))
+    encoder = model.step_encoder(tokenizer)
+    features = separator_features(model, encode_examples(encoder, examples), encoder.pad_id, torch.device("cpu"))
     fine = (features.classes != NEGATIVE).tolist()
     return auroc((-features.vectors[:, -1]).tolist(), fine)  # the last feature: the sum
+
+
+def _shared_zero_shot(path: Path, backbone: str, held_out: Dataset, config: CampaignConfig) -> float | None:
+    """The seed's zero-shot baseline, computed by the first strategy of a seed and read by
+    the second (it depends on the backbone and the held-out set only, like generation 0)."""
+    if path.is_file():
+        value: float | None = json.loads(path.read_text())["zero_shot_auroc"]
+        return value
+    value = zero_shot_surprise_auroc(backbone, held_out, config)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"zero_shot_auroc": value}))
+    return value
 
 
 def pool_solutions(problems: Sequence[Problem], config: CampaignConfig, generation: int) -> list[GeneratedSolution]:
@@ -438,7 +450,7 @@ def run_campaign_config(
             strategy=strategy,
             config=config,
             generations=tuple(history),
-            zero_shot_auroc=zero_shot_surprise_auroc(backbone, held_out, config),
+            zero_shot_auroc=_shared_zero_shot(root / f"seed-{config.seed}-zero-shot.json", backbone, held_out, config),
         )
     finally:
         if owned:

@@ -137,6 +137,8 @@ def test_a_campaign_on_a_pretrained_sim_backbone_reports_intervals_over_seeds_in
     # The no-label baseline is printed beside the PRM's AUROC, from each seed's held-out set.
     zero_shot = [r.zero_shot_auroc for r in comparison.results["uniform"]]
     assert all(z is not None and 0.0 <= z <= 1.0 for z in zero_shot)
+    # One baseline per seed, shared by both strategies like generation 0.
+    assert [r.zero_shot_auroc for r in comparison.results["convincing"]] == zero_shot
     assert "summed surprise at each step's tokens, no labels" in table
     convincing, uniform = (comparison.results[s][0].generations[1] for s in STRATEGIES)
     assert convincing.labeled_solutions == uniform.labeled_solutions == 16
