@@ -297,6 +297,22 @@ def _evaluate(env: dict[str, str], splits: list[str], sizes: list[int]) -> tuple
     return results, elapsed
 
 
+def surprise_baselines(backbones: dict[str, str], max_length: int | None) -> list[str]:
+    """The label-free baseline of each backbone: held-out step AUROC of its LM's summed
+    surprise at each step (needs a tied causal LM; ``head_training.surprise_step_auroc``)."""
+    from activelearn.prm.head_training import surprise_step_auroc
+    from activelearn.training_data import TrainingDataFilters, labeled_solutions_list
+
+    labeled = {
+        split: labeled_solutions_list(filters=TrainingDataFilters(splits=(split,))) for split in ("validation", "test")
+    }
+    rows = ["| backbone | val step AUROC of the LM's surprise, no labels | test |", "|---|---|---|"]
+    for name, spec in backbones.items():
+        values = [surprise_step_auroc(spec, labeled[split], max_length=max_length) for split in labeled]
+        rows.append(f"| {name} | " + " | ".join(_fmt(v) for v in values) + " |")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", type=Path, default=ROOT / "var" / "prm-champ")
@@ -331,6 +347,19 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="with --resume: evaluate with what is scored; evaluate_prm counts the unscored rest as left out",
     )
+    parser.add_argument(
+        "--adapt-steps",
+        type=int,
+        default=0,
+        help="first continue the backbone's LM training this many steps on unlabeled train-problem solutions",
+    )
+    parser.add_argument("--adapt-pool", type=int, default=4, help="unlabeled conversations per train problem")
+    parser.add_argument("--adapt-option", action="append", default=[], metavar="KEY=VALUE", help="adapt_backbone --KEY")
+    parser.add_argument(
+        "--surprise-only",
+        action="store_true",
+        help="only the label-free surprise baseline of --backbone (and of --workdir's adapted backbone, if any)",
+    )
     parser.add_argument("--write-docs", action="store_true", help=f"put the table in {DOC.relative_to(ROOT)}")
     args = parser.parse_args(argv)
     sizes = args.n or [1, 4, 16]
@@ -345,6 +374,10 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"\n({time.monotonic() - started:.0f}s, load average {_load()})")
         print("\n".join(lines))
         (workdir / "curve.md").write_text("\n".join(lines) + "\n")
+        return 0
+    if args.surprise_only:
+        _django(_env(workdir))
+        print("\n".join(surprise_baselines(_surprise_backbones(args, workdir), None)))
         return 0
     workdir.mkdir(parents=True, exist_ok=True)
     if not args.resume:
@@ -390,12 +423,29 @@ def main(argv: list[str] | None = None) -> int:
             "".join(json.dumps(r) + "\n" for r in champ_pool(pooled, labeled, args.pool, problems, records))
         )
         _manage(env, "import_solutions", str(pool_file))
+        backbone, adapt_out = args.backbone, ""
+        if args.adapt_steps:
+            # The train problems' own unlabeled conversations (no labels read): continued LM
+            # training on them, then the PRM trains on the adapted backbone.
+            train_problems = {uid for uid, row in problems.items() if row["split"] == "train"}
+            adapt_file = workdir / "champ-train-pool.jsonl"
+            adapt_file.write_text(
+                "".join(
+                    json.dumps(r) + "\n"
+                    for r in champ_pool(train_problems, labeled, args.adapt_pool, problems, records)
+                )
+            )
+            _manage(env, "import_solutions", str(adapt_file))
+            adapted = workdir / "adapted-backbone"
+            adapt_out, _ = _manage(
+                env, "adapt_backbone", f"--backbone={args.backbone}", "--split=train", f"--output={adapted}",
+                f"--max-steps={args.adapt_steps}", *_options(args.adapt_option),
+            )  # fmt: skip
+            backbone = str(adapted)
 
-        train_args = [
-            f"--{item.split('=', 1)[0].replace('_', '-')}={item.split('=', 1)[1]}" for item in args.train_option
-        ]
+        train_args = _options(args.train_option)
         train_out, train_s = _manage(
-            env, "train_prm", f"--backbone={args.backbone}", "--split=train", "--validation-split=validation",
+            env, "train_prm", f"--backbone={backbone}", "--split=train", "--validation-split=validation",
             "--no-progress", *train_args,
         )  # fmt: skip
     if args.resume and args.skip_scoring:
@@ -449,12 +499,32 @@ def main(argv: list[str] | None = None) -> int:
         f"load average at the end {_load()}. Last epoch: {_last_epoch(train_out)}",
         *curve,
     ]
+    if "surprise" in " ".join(args.train_option) or adapt_out:
+        lines += ["", *surprise_baselines(_surprise_backbones(args, workdir), None)]
+    if adapt_out:
+        lines[1:1] = [
+            "",
+            f"Backbone adapted first (`adapt_backbone`, {CPU_SECONDS.get('adapt_backbone', 0):.0f} CPU-s): "
+            + adapt_out.strip().splitlines()[-1],
+        ]
     print("\n".join(lines))
     (workdir / "report.md").write_text("\n".join(lines) + "\n")
     (workdir / "results.json").write_text(json.dumps(results, indent=2))
     if args.write_docs:
         _write_docs(lines, args)
     return 0
+
+
+def _surprise_backbones(args: argparse.Namespace, workdir: Path) -> dict[str, str]:
+    backbones = {f"`{args.backbone}`": args.backbone}
+    if (workdir / "adapted-backbone" / "config.json").is_file():
+        backbones[f"`{args.backbone}` adapted (`adapt_backbone`)"] = str(workdir / "adapted-backbone")
+    return backbones
+
+
+def _options(items: list[str]) -> list[str]:
+    """``key_name=value`` items as ``--key-name=value`` arguments."""
+    return [f"--{item.split('=', 1)[0].replace('_', '-')}={item.split('=', 1)[1]}" for item in items]
 
 
 def _last_epoch(train_out: str) -> str:

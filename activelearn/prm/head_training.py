@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
-from activelearn.prm.batching import LabeledSequence, pad_batch
+from activelearn.prm.batching import LabeledSequence, encode_examples, pad_batch
+from activelearn.prm.data import LabeledSolution, build_examples
 from activelearn.prm.evaluation import auroc
 from activelearn.prm.modeling import NEGATIVE, ProcessRewardModel
 
@@ -165,3 +166,21 @@ def fit_head(
         model.head.weight.copy_(weight.to(model.head.weight.dtype))
         model.head.bias.copy_(bias.to(model.head.bias.dtype))
     return curve
+
+
+def surprise_step_auroc(
+    backbone: str, solutions: Sequence[LabeledSolution], *, max_length: int | None = None
+) -> float | None:
+    """Step AUROC of the label-free baseline: each labeled step ranked by the frozen LM's
+    summed surprise at its tokens (``STEP_FEATURES["surprise"]``), higher = more likely
+    wrong. None for a backbone that cannot compute it (an encoder, an untied LM)."""
+    try:
+        model, tokenizer = ProcessRewardModel.from_backbone(backbone, max_length=max_length, step_features=["surprise"])
+    except ValueError:
+        return None
+    encoder = model.step_encoder(tokenizer)
+    features = separator_features(
+        model, encode_examples(encoder, build_examples(solutions)), encoder.pad_id, torch.device("cpu")
+    )
+    fine = (features.classes != NEGATIVE).tolist()
+    return auroc((-features.vectors[:, -1]).tolist(), fine)  # the last feature: the sum

@@ -288,28 +288,12 @@ def _evaluate(model: Any, tokenizer: Any, held_out: Dataset, config: CampaignCon
 def zero_shot_surprise_auroc(backbone: str, held_out: Dataset, config: CampaignConfig) -> float | None:
     """Step AUROC on the held-out steps a phase-2 labeler would rate, ranking each step by
     the frozen LM's summed surprise at its tokens (``STEP_FEATURES["surprise"]``)."""
-    import torch
+    from activelearn.prm.head_training import surprise_step_auroc
 
-    from activelearn.prm import ProcessRewardModel
-    from activelearn.prm.batching import encode_examples
-    from activelearn.prm.data import build_examples
-    from activelearn.prm.evaluation import auroc
-    from activelearn.prm.head_training import separator_features
-    from activelearn.prm.modeling import NEGATIVE
-
-    try:
-        model, tokenizer = ProcessRewardModel.from_backbone(
-            backbone, max_length=config.max_length, step_features=["surprise"]
-        )
-    except ValueError:  # an encoder, or an LM whose head is not its embeddings
-        return None
     texts = problem_texts(held_out.problems)
     truth = OracleLabeler(neutral_fillers=config.neutral_fillers)
-    examples = build_examples([truth.label(texts[s.problem_id], s) for s in held_out.all_solutions()])
-    encoder = model.step_encoder(tokenizer)
-    features = separator_features(model, encode_examples(encoder, examples), encoder.pad_id, torch.device("cpu"))
-    fine = (features.classes != NEGATIVE).tolist()
-    return auroc((-features.vectors[:, -1]).tolist(), fine)  # the last feature: the sum
+    solutions = [truth.label(texts[s.problem_id], s) for s in held_out.all_solutions()]
+    return surprise_step_auroc(backbone, solutions, max_length=config.max_length)
 
 
 def _shared_zero_shot(path: Path, backbone: str, held_out: Dataset, config: CampaignConfig) -> float | None:

@@ -7,7 +7,17 @@ ROOT = Path(__file__).resolve().parents[3]
 
 MODULES = ", ".join(
     f"activelearn.prm.{name}"
-    for name in ("backbones", "tokenization", "modeling", "data", "batching", "training", "scoring", "evaluation")
+    for name in (
+        "backbones",
+        "tokenization",
+        "modeling",
+        "data",
+        "batching",
+        "training",
+        "scoring",
+        "evaluation",
+        "adaptation",
+    )
 )
 
 

@@ -1,0 +1,70 @@
+from argparse import ArgumentParser
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from activelearn.prm.adaptation import AdaptConfig, adapt_backbone
+from activelearn.prm.backbones import BackboneNotFoundError
+from activelearn.solution_selectors import solutions_matching
+
+
+class Command(BaseCommand):
+    help = (
+        "Continue training a causal-LM backbone as a language model on unlabeled solutions (--split, --problem) "
+        "in the PRM's layout, and write it to --output as a local backbone directory for train_prm --backbone. "
+        "No label is read. Prints the LM loss on held-out problems' solutions before and after."
+    )
+
+    def add_arguments(self, parser: ArgumentParser) -> None:
+        defaults = AdaptConfig()
+        parser.add_argument("--backbone", default=None, help=f"backbone spec (default {settings.PRM_BACKBONE})")
+        parser.add_argument("--output", required=True, type=Path, help="directory to write (replaced atomically)")
+        parser.add_argument("--split", action="append", dest="splits", help="solutions of this Problem.split")
+        parser.add_argument("--problem", action="append", dest="problem_ids", help="Problem.unique_id (prefix*)")
+        parser.add_argument("--max-steps", type=int, default=defaults.max_steps)
+        parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
+        parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate)
+        parser.add_argument(
+            "--train-layers", type=int, default=defaults.train_layers, help="top blocks trained; 0: all"
+        )
+        parser.add_argument("--max-length", type=int, default=defaults.max_length)
+        parser.add_argument("--heldout-share", type=float, default=defaults.heldout_share)
+        parser.add_argument("--seed", type=int, default=defaults.seed)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        rows = solutions_matching(splits=options["splits"] or (), problem_ids=options["problem_ids"] or ())
+        # solutions_matching leaves out phase-1 placeholders (steps null).
+        solutions = [(problem, list(steps or ())) for problem, steps in rows.values_list("problem__problem", "steps")]
+        config = AdaptConfig(
+            max_steps=options["max_steps"],
+            batch_size=options["batch_size"],
+            learning_rate=options["learning_rate"],
+            train_layers=options["train_layers"],
+            max_length=options["max_length"],
+            heldout_share=options["heldout_share"],
+            seed=options["seed"],
+        )
+        try:
+            report = adapt_backbone(
+                options["backbone"] or settings.PRM_BACKBONE,
+                solutions,
+                options["output"],
+                config,
+                progress=lambda line: self.stderr.write(line),
+            )
+        except (ValueError, BackboneNotFoundError) as error:
+            raise CommandError(str(error)) from None
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"adapted backbone written to {report.directory}: {report.solutions} solutions, "
+                f"{report.train_windows} training windows, {report.train_tokens_seen} tokens seen in "
+                f"{config.max_steps} steps; held-out LM loss {_fmt(report.heldout_loss_before)} -> "
+                f"{_fmt(report.heldout_loss_after)} ({report.heldout_windows} windows); {report.seconds:.0f}s"
+            )
+        )
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"

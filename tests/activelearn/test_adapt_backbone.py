@@ -1,0 +1,48 @@
+"""``manage.py adapt_backbone``: continued LM training on the unlabeled solutions of a split."""
+
+import json
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from activelearn.prm.adaptation import ADAPTATION_FILE
+from labeling.models import Problem
+from tests.activelearn import label_factories as make
+from tests.activelearn.prm.test_adaptation import tied_llama
+
+pytestmark = pytest.mark.django_db
+
+
+def _problems(split: str, count: int) -> None:
+    for index in range(count):
+        problem = make.problem()
+        Problem.objects.filter(pk=problem.pk).update(split=split)
+        make.solution(of=problem, steps=[f"we add {index} and 1", f"so it is {index + 1}"], final_answer=str(index + 1))
+
+
+def test_adapts_on_the_splits_solutions_only_and_reports_the_held_out_loss(tmp_path):
+    _problems("train", 12)
+    _problems("test", 5)
+    make.solution(of=make.problem(), steps=None)  # a phase-1 placeholder has no text to train on
+    out = StringIO()
+    call_command(
+        "adapt_backbone", f"--backbone={tied_llama(tmp_path / 'lm')}", "--split=train", f"--output={tmp_path / 'a'}",
+        "--max-steps=3", "--batch-size=2", "--max-length=64", "--heldout-share=0.3", stdout=out, stderr=StringIO(),
+    )  # fmt: skip
+    record = json.loads((tmp_path / "a" / ADAPTATION_FILE).read_text())
+    assert record["solutions"] == 12
+    assert record["heldout_windows"] > 0
+    assert f"adapted backbone written to {tmp_path / 'a'}: 12 solutions" in out.getvalue()
+    assert "held-out LM loss" in out.getvalue()
+
+
+def test_refusals_are_command_errors_that_write_nothing(tmp_path):
+    with pytest.raises(CommandError, match="no solutions"):
+        call_command("adapt_backbone", "--backbone=tiny:llama", "--split=train", f"--output={tmp_path / 'a'}")
+    _problems("train", 2)
+    with pytest.raises(CommandError, match="tie_word_embeddings"):
+        call_command("adapt_backbone", "--backbone=tiny:llama", "--split=train", f"--output={tmp_path / 'a'}")
+    with pytest.raises(CommandError, match="is not"):
+        call_command("adapt_backbone", f"--backbone={tmp_path / 'none'}", f"--output={tmp_path / 'a'}")
+    assert not (tmp_path / "a").exists()
