@@ -32,6 +32,7 @@ from activelearn.training_data import (
 )
 
 if TYPE_CHECKING:
+    from activelearn.prm.adaptation import AdaptConfig
     from activelearn.prm.scoring import Reduction
 
 logger = logging.getLogger(__name__)
@@ -118,6 +119,10 @@ def checkpoint_aggregation(*, checkpoint: PRMCheckpoint) -> Reduction:
 def checkpoint_threshold(*, checkpoint: PRMCheckpoint) -> float:
     """The first-error threshold chosen on validation, or the default."""
     return DEFAULT_THRESHOLD if checkpoint.threshold is None else checkpoint.threshold
+
+
+class BackboneAdaptationError(ValueError):
+    """Continued LM training was asked for a backbone or a selection it cannot run on."""
 
 
 def backbone_check(*, spec: str) -> None:
@@ -381,3 +386,35 @@ def _heartbeat_progress(checkpoint_id: int, progress: Progress | None, pulse: Pu
             progress(step, total, loss)
 
     return callback
+
+
+def backbone_adapt(
+    *,
+    spec: str,
+    filters: TrainingDataFilters,
+    config: AdaptConfig,
+    output_root: Path | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Path:
+    """The backbone ``spec`` after continued LM training on the unlabeled text of the
+    training selection's problems (every solution with steps; no label is read).
+
+    Cached under ``CHECKPOINT_DIR/adapted/<key>``, the key hashing the spec, the config and
+    the solutions' content: a second run on the same text reuses it, new text adapts anew.
+    """
+    import hashlib
+    import json
+
+    from activelearn.prm.adaptation import ADAPTATION_FILE, adapt_backbone
+    from activelearn.solution_selectors import solution_texts
+
+    rows = solution_texts(splits=filters.splits or (), problem_ids=filters.problem_ids or ())
+    digest = hashlib.sha256(json.dumps([spec, asdict(config), [row[2] for row in rows]]).encode()).hexdigest()
+    directory = Path(output_root if output_root is not None else settings.CHECKPOINT_DIR) / "adapted" / digest[:16]
+    if not (directory / ADAPTATION_FILE).is_file():
+        texts = [(problem, steps) for problem, steps, _ in rows]
+        try:
+            adapt_backbone(spec, texts, directory, config, progress=progress)
+        except ValueError as error:  # what cannot be adapted, or nothing to adapt on
+            raise BackboneAdaptationError(str(error)) from error
+    return directory

@@ -50,3 +50,14 @@ def solutions_matching(
     if last_id is not None:
         queryset = queryset.filter(id__lte=last_id)
     return queryset
+
+
+def solution_texts(*, splits: Sequence[str] = (), problem_ids: Sequence[str] = ()) -> list[tuple[str, list[str], str]]:
+    """(problem text, steps, content_sha256) of the matching solutions with steps, by id:
+    the unlabeled text continued LM training reads (``activelearn.prm.adaptation``)."""
+    rows = solutions_matching(splits=splits, problem_ids=problem_ids).order_by("id")
+    # solutions_matching leaves out phase-1 placeholders (steps null).
+    return [
+        (problem, list(steps or ()), sha)
+        for problem, steps, sha in rows.values_list("problem__problem", "steps", "content_sha256")
+    ]

@@ -2,13 +2,16 @@
 
 import json
 from io import StringIO
+from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
 
+from activelearn.models import CheckpointStatus, PRMCheckpoint
 from activelearn.prm.adaptation import ADAPTATION_FILE
-from labeling.models import Problem
+from labeling.models import Problem, Solution
 from tests.activelearn import label_factories as make
+from tests.activelearn.label_factories import keyword_labels
 from tests.activelearn.prm.test_adaptation import tied_llama
 
 pytestmark = pytest.mark.django_db
@@ -46,3 +49,46 @@ def test_refusals_are_command_errors_that_write_nothing(tmp_path):
     with pytest.raises(CommandError, match="is not"):
         call_command("adapt_backbone", f"--backbone={tmp_path / 'none'}", f"--output={tmp_path / 'a'}")
     assert not (tmp_path / "a").exists()
+
+
+@pytest.fixture
+def checkpoint_dir(settings, tmp_path):
+    settings.CHECKPOINT_DIR = tmp_path / "checkpoints"
+    return settings.CHECKPOINT_DIR
+
+
+def _train(backbone: str, *extra: str) -> PRMCheckpoint:
+    call_command(
+        "train_prm", f"--backbone={backbone}", "--adapt-steps=3", "--adapt-learning-rate=1e-3", "--epochs=1",
+        "--batch-size=8", "--max-length=64", "--val-fraction=0.3", "--seed=1", "--no-progress", *extra,
+        stdout=StringIO(), stderr=StringIO(),
+    )  # fmt: skip
+    return PRMCheckpoint.objects.latest("id")
+
+
+def test_train_prm_adapts_first_and_reuses_the_adaptation_for_the_same_text(checkpoint_dir, tmp_path):
+    keyword_labels(12, seed=1)
+    lm = str(tied_llama(tmp_path / "lm"))
+    first = _train(lm)
+    adapted = Path(first.base_model)
+    assert first.status == CheckpointStatus.READY
+    assert adapted.parent == checkpoint_dir / "adapted"
+    record = json.loads((adapted / ADAPTATION_FILE).read_text())
+    assert record["base_model"] == lm and record["config"]["max_steps"] == 3
+    assert record["config"]["learning_rate"] == 1e-3
+    assert record["solutions"] == Solution.objects.exclude(steps=None).count()
+    written = (adapted / ADAPTATION_FILE).stat().st_mtime_ns
+
+    second = _train(lm)
+    assert second.base_model == first.base_model
+    assert (adapted / ADAPTATION_FILE).stat().st_mtime_ns == written  # not adapted again
+
+    keyword_labels(2, seed=2)  # new text: a new adaptation
+    assert _train(lm).base_model != first.base_model
+
+
+def test_train_prm_refuses_to_adapt_an_encoder_before_creating_a_checkpoint(checkpoint_dir):
+    keyword_labels(3, seed=1)
+    with pytest.raises(CommandError, match="tie_word_embeddings"):
+        _train("tiny:bert")
+    assert not PRMCheckpoint.objects.exists()

@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from activelearn.prm.adaptation import AdaptConfig, adapt_backbone
 from activelearn.prm.backbones import BackboneNotFoundError
-from activelearn.solution_selectors import solutions_matching
+from activelearn.solution_selectors import solution_texts
 
 
 class Command(BaseCommand):
@@ -34,9 +34,8 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, default=defaults.seed)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        rows = solutions_matching(splits=options["splits"] or (), problem_ids=options["problem_ids"] or ())
-        # solutions_matching leaves out phase-1 placeholders (steps null).
-        solutions = [(problem, list(steps or ())) for problem, steps in rows.values_list("problem__problem", "steps")]
+        rows = solution_texts(splits=options["splits"] or (), problem_ids=options["problem_ids"] or ())
+        solutions = [(problem, steps) for problem, steps, _ in rows]
         config = AdaptConfig(
             max_steps=options["max_steps"],
             batch_size=options["batch_size"],

@@ -2,7 +2,7 @@ import math
 import sys
 from argparse import ArgumentParser
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -10,14 +10,19 @@ from tqdm import tqdm
 
 from activelearn.checkpoints import (
     STEP_FEATURE_NAMES,
+    BackboneAdaptationError,
     BackboneMissingError,
     NoTrainingDataError,
     SplitSelectionError,
+    backbone_adapt,
     checkpoint_run,
     checkpoint_train,
 )
 from activelearn.models import CheckpointStatus, PRMCheckpoint
 from activelearn.training_data import TrainingDataFilters
+
+if TYPE_CHECKING:
+    from activelearn.prm.adaptation import AdaptConfig
 
 
 class Command(BaseCommand):
@@ -65,6 +70,15 @@ class Command(BaseCommand):
         parser.add_argument("--include-unfinished", action="store_true", help="keep bad_problem / give_up labels")
         parser.add_argument("--include-excluded-labelers", action="store_true")
         parser.add_argument("--include-suspended-labelers", action="store_true")
+        parser.add_argument(
+            "--adapt-steps",
+            type=int,
+            default=0,
+            help="first continue the backbone's LM training this many steps on the training problems' unlabeled "
+            "solutions (adapt_backbone; cached by content)",
+        )
+        parser.add_argument("--adapt-learning-rate", type=float, help="continued LM training's rate")
+        parser.add_argument("--adapt-train-layers", type=int, help="top blocks the LM training moves; 0: all")
         parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -119,8 +133,16 @@ class Command(BaseCommand):
                     if options["validation_splits"]
                     else None
                 )
+                base_model = options["backbone"] or settings.PRM_BACKBONE
+                if options["adapt_steps"]:
+                    base_model = str(
+                        backbone_adapt(
+                            spec=base_model, filters=filters, config=_adapt_config(options), progress=self.stderr.write
+                        )
+                    )
+                    self.stdout.write(f"training on the adapted backbone {base_model}")
                 checkpoint = checkpoint_train(
-                    base_model=options["backbone"] or settings.PRM_BACKBONE,
+                    base_model=base_model,
                     through_generation=options["through_generation"],
                     filters=filters,
                     validation_filters=validation,
@@ -128,7 +150,7 @@ class Command(BaseCommand):
                     progress=progress,
                     on_epoch=epoch,
                 )
-        except (NoTrainingDataError, BackboneMissingError, SplitSelectionError) as error:
+        except (NoTrainingDataError, BackboneMissingError, SplitSelectionError, BackboneAdaptationError) as error:
             raise CommandError(str(error)) from None
         except Exception as error:
             raise CommandError(f"training failed: {type(error).__name__}: {error}") from error
@@ -154,6 +176,17 @@ class Command(BaseCommand):
                 f"(chance 0.5); {chosen}; {checkpoint.duration_s or 0:.1f}s"
             )
         )
+
+
+def _adapt_config(options: dict[str, Any]) -> "AdaptConfig":
+    from activelearn.prm.adaptation import AdaptConfig
+
+    config = AdaptConfig(max_steps=options["adapt_steps"])
+    if options["adapt_learning_rate"] is not None:
+        config = replace(config, learning_rate=options["adapt_learning_rate"])
+    if options["adapt_train_layers"] is not None:
+        config = replace(config, train_layers=options["adapt_train_layers"])
+    return config
 
 
 def _epoch_line(report: dict[str, Any]) -> str:
