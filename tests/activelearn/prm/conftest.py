@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 import torch
+from transformers import LlamaConfig, LlamaModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
+from activelearn.prm.backbones import load_tokenizer, minilm_directory
 from activelearn.prm.data import LabeledSolution, LabeledStep, RatedCompletion
 from activelearn.prm.modeling import ProcessRewardModel
 
@@ -38,3 +41,30 @@ def keyword_solutions(count: int, seed: int, steps: int = 3) -> list[LabeledSolu
             LabeledSolution(problem_id=f"p{seed}-{index}", problem=f"problem number {index}", steps=tuple(labeled))
         )
     return solutions
+
+
+def save_tiny_llama(
+    directory: Path, *, tied: bool = False, extra_vocab: int = 0, dtype: torch.dtype = torch.float32
+) -> Path:
+    """A tiny randomly initialised Llama base model (hidden 32, 2 layers) and the MiniLM
+    tokenizer saved in ``directory``, a local backbone directory; ``tied``: its LM head is
+    its input embeddings (what the surprise feature and LM adaptation need)."""
+    tokenizer = load_tokenizer(minilm_directory())
+    config = LlamaConfig(
+        vocab_size=len(tokenizer) + extra_vocab,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=256,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+        eos_token_id=None,
+        tie_word_embeddings=tied,
+        use_cache=False,
+    )
+    torch.manual_seed(0)
+    LlamaModel(config).to(dtype).save_pretrained(str(directory))
+    tokenizer.save_pretrained(str(directory))
+    return directory

@@ -9,36 +9,19 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from transformers import LlamaConfig, LlamaForCausalLM, LlamaModel
+from transformers import LlamaForCausalLM, LlamaModel
 
 from activelearn.prm.adaptation import ADAPTATION_FILE, AdaptConfig, adapt_backbone, lm_loss
-from activelearn.prm.backbones import load_tokenizer, minilm_directory
 from activelearn.prm.modeling import ProcessRewardModel
 from activelearn.prm.recipes import backbone_family
 from activelearn.prm.tokenization import DEFAULT_SEPARATOR
 
+from .conftest import save_tiny_llama
 
-def tied_llama(directory: Path, layers: int = 2) -> Path:
+
+def tied_llama(directory: Path) -> Path:
     """A tiny randomly initialised causal LM whose LM head is its input embeddings."""
-    tokenizer = load_tokenizer(minilm_directory())
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        num_hidden_layers=layers,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=256,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=None,
-        eos_token_id=None,
-        tie_word_embeddings=True,
-        use_cache=False,
-    )
-    torch.manual_seed(0)
-    LlamaModel(config).save_pretrained(str(directory))
-    tokenizer.save_pretrained(str(directory))
-    return directory
+    return save_tiny_llama(directory, tied=True)
 
 
 def arithmetic(count: int, seed: int) -> list[tuple[str, list[str]]]:

@@ -4,33 +4,15 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
-from transformers import LlamaConfig, LlamaModel
 
-from activelearn.prm.backbones import load_tokenizer, minilm_directory
 from activelearn.prm.modeling import ProcessRewardModel
 from activelearn.prm.training import TrainConfig, train_prm
 
-from .conftest import keyword_solutions
+from .conftest import keyword_solutions, save_tiny_llama
 
 
 def _bf16_backbone(directory: Path) -> Path:
-    tokenizer = load_tokenizer(minilm_directory())
-    tokenizer.save_pretrained(directory)
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer) + 8,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=256,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=None,
-        eos_token_id=None,
-    )
-    LlamaModel(config).to(torch.bfloat16).save_pretrained(directory)
-    return directory
+    return save_tiny_llama(directory, extra_vocab=8, dtype=torch.bfloat16)
 
 
 def test_a_bfloat16_backbone_loads_in_float32_unless_a_dtype_is_asked_for(tmp_path):
