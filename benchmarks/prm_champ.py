@@ -300,15 +300,13 @@ def _evaluate(env: dict[str, str], splits: list[str], sizes: list[int]) -> tuple
 def surprise_baselines(backbones: dict[str, str], max_length: int | None) -> list[str]:
     """The label-free baseline of each backbone: held-out step AUROC of its LM's summed
     surprise at each step (needs a tied causal LM; ``head_training.surprise_step_auroc``)."""
-    from activelearn.prm.head_training import surprise_step_auroc
+    from activelearn.prm.head_training import surprise_step_aurocs
     from activelearn.training_data import TrainingDataFilters, labeled_solutions_list
 
-    labeled = {
-        split: labeled_solutions_list(filters=TrainingDataFilters(splits=(split,))) for split in ("validation", "test")
-    }
+    labeled = [labeled_solutions_list(filters=TrainingDataFilters(splits=(split,))) for split in ("validation", "test")]
     rows = ["| backbone | val step AUROC of the LM's surprise, no labels | test |", "|---|---|---|"]
     for name, spec in backbones.items():
-        values = [surprise_step_auroc(spec, labeled[split], max_length=max_length) for split in labeled]
+        values = surprise_step_aurocs(spec, labeled, max_length=max_length)
         rows.append(f"| {name} | " + " | ".join(_fmt(v) for v in values) + " |")
     return rows
 

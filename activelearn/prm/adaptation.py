@@ -37,8 +37,7 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from activelearn.prm.atomic_dir import atomic_directory
-from activelearn.prm.backbones import is_causal_lm_config
-from activelearn.prm.modeling import ProcessRewardModel
+from activelearn.prm.modeling import ProcessRewardModel, tied_lm_refusal
 from activelearn.prm.training import freeze_lower_layers
 
 ADAPTATION_FILE = "adaptation.json"
@@ -74,13 +73,8 @@ class AdaptReport:
 
 
 def check_adaptable(backbone: PreTrainedModel) -> None:
-    config = getattr(backbone, "config", None)
-    if config is None or not (is_causal_lm_config(config) and getattr(config, "tie_word_embeddings", False)):
-        raise ValueError(
-            "language-model adaptation needs a causal language model whose output embeddings are its input "
-            f"embeddings (tie_word_embeddings); {type(backbone).__name__} "
-            f"({getattr(config, '_name_or_path', '') or 'this backbone'}) is not"
-        )
+    if refusal := tied_lm_refusal(backbone, "language-model adaptation"):
+        raise ValueError(refusal)
 
 
 def _heldout(problem: str, share: float, seed: int) -> bool:

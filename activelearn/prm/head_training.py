@@ -174,13 +174,23 @@ def surprise_step_auroc(
     """Step AUROC of the label-free baseline: each labeled step ranked by the frozen LM's
     summed surprise at its tokens (``STEP_FEATURES["surprise"]``), higher = more likely
     wrong. None for a backbone that cannot compute it (an encoder, an untied LM)."""
+    return surprise_step_aurocs(backbone, [solutions], max_length=max_length)[0]
+
+
+def surprise_step_aurocs(
+    backbone: str, solution_sets: Sequence[Sequence[LabeledSolution]], *, max_length: int | None = None
+) -> list[float | None]:
+    """``surprise_step_auroc`` of each set (validation, test), the backbone loaded once for all."""
     try:
         model, tokenizer = ProcessRewardModel.from_backbone(backbone, max_length=max_length, step_features=["surprise"])
     except ValueError:
-        return None
+        return [None for _ in solution_sets]
     encoder = model.step_encoder(tokenizer)
-    features = separator_features(
-        model, encode_examples(encoder, build_examples(solutions)), encoder.pad_id, torch.device("cpu")
-    )
-    fine = (features.classes != NEGATIVE).tolist()
-    return auroc((-features.vectors[:, -1]).tolist(), fine)  # the last feature: the sum
+    values: list[float | None] = []
+    for solutions in solution_sets:
+        features = separator_features(
+            model, encode_examples(encoder, build_examples(solutions)), encoder.pad_id, torch.device("cpu")
+        )
+        fine = (features.classes != NEGATIVE).tolist()
+        values.append(auroc((-features.vectors[:, -1]).tolist(), fine))  # the last feature: the sum
+    return values

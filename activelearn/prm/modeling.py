@@ -253,16 +253,23 @@ def check_step_features(backbone: PreTrainedModel, names: Sequence[str]) -> None
     for name in names:
         if name not in STEP_FEATURES:
             raise ValueError(f"unknown step feature {name!r}; known: {sorted(STEP_FEATURES)}")
-        if name == "surprise" and not (
-            is_causal_lm_config(backbone.config) and getattr(backbone.config, "tie_word_embeddings", False)
-        ):
-            # A base model keeps its input embeddings only; with tied weights they are the
-            # LM head, and an encoder's head never predicted the next token.
-            raise ValueError(
-                "step feature 'surprise' needs a causal language model whose output embeddings are its "
-                f"input embeddings (tie_word_embeddings); {type(backbone).__name__} "
-                f"({getattr(backbone.config, '_name_or_path', '') or 'this backbone'}) is not"
-            )
+        if name == "surprise" and (refusal := tied_lm_refusal(backbone, "step feature 'surprise'")):
+            raise ValueError(refusal)
+
+
+def tied_lm_refusal(backbone: PreTrainedModel, what: str) -> str | None:
+    """Why ``what`` (something that reads the LM's next-token predictions) cannot run on this
+    backbone, or None when it can: it is a causal LM whose output embeddings are its input
+    embeddings. A base model keeps its input embeddings only; with tied weights they are the
+    LM head, and an encoder's head never predicted the next token."""
+    config = getattr(backbone, "config", None)
+    if config is not None and is_causal_lm_config(config) and getattr(config, "tie_word_embeddings", False):
+        return None
+    return (
+        f"{what} needs a causal language model whose output embeddings are its input embeddings "
+        f"(tie_word_embeddings); {type(backbone).__name__} "
+        f"({getattr(config, '_name_or_path', '') or 'this backbone'}) is not"
+    )
 
 
 def _init_separator_embedding(backbone: PreTrainedModel, sep_id: int, vocab_len: int) -> None:

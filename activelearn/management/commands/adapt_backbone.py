@@ -5,9 +5,13 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from activelearn.management.commands._options import adapt_config, fmt
 from activelearn.prm.adaptation import AdaptConfig, adapt_backbone
 from activelearn.prm.backbones import BackboneNotFoundError
 from activelearn.solution_selectors import solution_texts
+
+# The AdaptConfig fields this command sets, each from the option of its own name.
+CONFIG_OPTIONS = ("max_steps", "batch_size", "learning_rate", "train_layers", "max_length", "heldout_share", "seed")
 
 
 class Command(BaseCommand):
@@ -36,15 +40,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         rows = solution_texts(splits=options["splits"] or (), problem_ids=options["problem_ids"] or ())
         solutions = [(problem, steps) for problem, steps, _ in rows]
-        config = AdaptConfig(
-            max_steps=options["max_steps"],
-            batch_size=options["batch_size"],
-            learning_rate=options["learning_rate"],
-            train_layers=options["train_layers"],
-            max_length=options["max_length"],
-            heldout_share=options["heldout_share"],
-            seed=options["seed"],
-        )
+        config = adapt_config(options, {name: name for name in CONFIG_OPTIONS})
         try:
             report = adapt_backbone(
                 options["backbone"] or settings.PRM_BACKBONE,
@@ -59,11 +55,7 @@ class Command(BaseCommand):
             self.style.SUCCESS(
                 f"adapted backbone written to {report.directory}: {report.solutions} solutions, "
                 f"{report.train_windows} training windows, {report.train_tokens_seen} tokens seen in "
-                f"{config.max_steps} steps; held-out LM loss {_fmt(report.heldout_loss_before)} -> "
-                f"{_fmt(report.heldout_loss_after)} ({report.heldout_windows} windows); {report.seconds:.0f}s"
+                f"{config.max_steps} steps; held-out LM loss {fmt(report.heldout_loss_before)} -> "
+                f"{fmt(report.heldout_loss_after)} ({report.heldout_windows} windows); {report.seconds:.0f}s"
             )
         )
-
-
-def _fmt(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.4f}"

@@ -2,7 +2,7 @@ import math
 import sys
 from argparse import ArgumentParser
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -18,11 +18,16 @@ from activelearn.checkpoints import (
     checkpoint_run,
     checkpoint_train,
 )
+from activelearn.management.commands._options import adapt_config, fmt
 from activelearn.models import CheckpointStatus, PRMCheckpoint
 from activelearn.training_data import TrainingDataFilters
 
-if TYPE_CHECKING:
-    from activelearn.prm.adaptation import AdaptConfig
+# AdaptConfig fields --adapt-steps and its company set (the rest keep their defaults).
+ADAPT_OPTIONS = {
+    "max_steps": "adapt_steps",
+    "learning_rate": "adapt_learning_rate",
+    "train_layers": "adapt_train_layers",
+}
 
 
 class Command(BaseCommand):
@@ -137,7 +142,10 @@ class Command(BaseCommand):
                 if options["adapt_steps"]:
                     base_model = str(
                         backbone_adapt(
-                            spec=base_model, filters=filters, config=_adapt_config(options), progress=self.stderr.write
+                            spec=base_model,
+                            filters=filters,
+                            config=adapt_config(options, ADAPT_OPTIONS),
+                            progress=self.stderr.write,
                         )
                     )
                     self.stdout.write(f"training on the adapted backbone {base_model}")
@@ -161,8 +169,8 @@ class Command(BaseCommand):
         metrics = checkpoint.metrics
         calibration = checkpoint.calibration or {}
         chosen = (
-            f"first-error threshold {_fmt(checkpoint.threshold)} (validation F1 "
-            f"{_fmt((calibration.get('first_error') or {}).get('f1'))}), aggregation {checkpoint.aggregation}"
+            f"first-error threshold {fmt(checkpoint.threshold)} (validation F1 "
+            f"{fmt((calibration.get('first_error') or {}).get('f1'))}), aggregation {checkpoint.aggregation}"
             if checkpoint.threshold is not None
             else "no validation solutions: threshold 0.5 and aggregation min by default"
         )
@@ -170,33 +178,18 @@ class Command(BaseCommand):
             self.style.SUCCESS(
                 f"checkpoint {checkpoint.pk} ready at {checkpoint.path}: {metrics.get('train_solutions')} train / "
                 f"{metrics.get('validation_solutions')} validation solutions, {checkpoint.examples_seen} examples "
-                f"seen, {metrics.get('optimizer_steps')} steps, val loss {_fmt(metrics.get('val_loss'))}, "
-                f"val accuracy {_fmt(metrics.get('val_accuracy'))} (majority class "
-                f"{_fmt(metrics.get('val_majority_accuracy'))}), val step AUROC {_fmt(metrics.get('val_auroc'))} "
+                f"seen, {metrics.get('optimizer_steps')} steps, val loss {fmt(metrics.get('val_loss'))}, "
+                f"val accuracy {fmt(metrics.get('val_accuracy'))} (majority class "
+                f"{fmt(metrics.get('val_majority_accuracy'))}), val step AUROC {fmt(metrics.get('val_auroc'))} "
                 f"(chance 0.5); {chosen}; {checkpoint.duration_s or 0:.1f}s"
             )
         )
 
 
-def _adapt_config(options: dict[str, Any]) -> "AdaptConfig":
-    from activelearn.prm.adaptation import AdaptConfig
-
-    config = AdaptConfig(max_steps=options["adapt_steps"])
-    if options["adapt_learning_rate"] is not None:
-        config = replace(config, learning_rate=options["adapt_learning_rate"])
-    if options["adapt_train_layers"] is not None:
-        config = replace(config, train_layers=options["adapt_train_layers"])
-    return config
-
-
 def _epoch_line(report: dict[str, Any]) -> str:
     return (
-        f"epoch {report['epoch']} (step {report['step']}): train loss {_fmt(report['train_loss'])}, "
-        f"val loss {_fmt(report['val_loss'])}, val accuracy {_fmt(report['val_accuracy'])} "
-        f"(majority class {_fmt(report['val_majority_accuracy'])}), val step AUROC {_fmt(report['val_auroc'])} "
+        f"epoch {report['epoch']} (step {report['step']}): train loss {fmt(report['train_loss'])}, "
+        f"val loss {fmt(report['val_loss'])}, val accuracy {fmt(report['val_accuracy'])} "
+        f"(majority class {fmt(report['val_majority_accuracy'])}), val step AUROC {fmt(report['val_auroc'])} "
         f"(chance 0.5) on {report['val_labeled_steps']} labeled steps"
     )
-
-
-def _fmt(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.4f}"
