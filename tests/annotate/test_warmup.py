@@ -13,6 +13,7 @@ from annotate.warmup import TEMPLATES
 
 PROBE = """
 import json, sys
+VIEWS = ("labeling.web.views", "labeling.web.phase_one_views", "labeling.api.views")
 import annotate.wsgi
 from django.db import connections
 from django.template import engines
@@ -23,7 +24,7 @@ loader = engines["django"].engine.template_loaders[0]
 while not isinstance(loader, Cached):  # template_partials' loader wraps the cached one
     (loader,) = loader.loaders
 print(json.dumps({
-    "views": [m for m in ("labeling.web.views", "labeling.web.phase_one_views", "labeling.api.views") if m in sys.modules],
+    "views": [m for m in VIEWS if m in sys.modules],
     "templates": sorted(loader.get_template_cache),
     "connections": [c.alias for c in connections.all(initialized_only=True) if c.connection is not None],
 }))
