@@ -27,6 +27,7 @@
   var shown = {};       // phase 1: assignment id -> highest version swapped in
   var inflight = 0;     // phase 1: htmx requests in flight
   var pendingKeys = []; // phase 1: keys pressed while a save was in flight
+  var settling = false; // phase 1: a panel is swapped in and not settled yet: its cursor is not set
   var cursorId = null;
 
   var queue = null;     // phase 2: the press queue of the panel shown
@@ -324,7 +325,9 @@
     if (e.key === "Enter" && t && t.closest && t.closest("button, a") && !t.closest("form.completion")) return;
     e.preventDefault();
     var key = e.key === "F" ? "f" : e.key;
-    if (!queue && inflight > 0) { pendingKeys.push(key); return; }
+    // Until the panel a response brings has settled, the cursor is the old panel's:
+    // a key pressed then waits for it, as one pressed while the request was in flight.
+    if (!queue && (inflight > 0 || settling)) { pendingKeys.push(key); return; }
     handleKey(key);
   });
 
@@ -373,7 +376,7 @@
   });
   // Phase 1: the keys pressed while requests were in flight, in order, once none is.
   function replayPending() {
-    while (!queue && inflight === 0 && pendingKeys.length) handleKey(pendingKeys.shift());
+    while (!queue && inflight === 0 && !settling && pendingKeys.length) handleKey(pendingKeys.shift());
   }
 
   // After htmx has handled the response (its "load" handler, the swap, runs first).
@@ -395,8 +398,16 @@
       if ((shown[id] || 0) > version) e.detail.shouldSwap = false;
       else shown[id] = version;
     }
-    // Read by requestEnded: a panel will settle after this response.
+    // Read by requestEnded: a panel will settle after this response. htmx swaps
+    // at once and settles later (settleDelay), and the request ends in between.
     if (xhr) xhr.panelComing = e.detail.shouldSwap;
+    if (!queue && e.detail.shouldSwap && e.detail.target && e.detail.target.id === "task") settling = true;
+  });
+
+  // A swap that failed settles nothing: the keys waiting for it go to the panel shown.
+  document.addEventListener("htmx:swapError", function () {
+    settling = false;
+    replayPending();
   });
 
   document.addEventListener("htmx:responseError", function (e) {
@@ -430,6 +441,7 @@
   document.addEventListener("htmx:afterSettle", function (e) {
     // Once per response: out-of-band rows settle too, each with this event.
     if (!e.target || e.target.id !== "task") return;
+    settling = false;
     initPanel();
     replayPending();
   });

@@ -168,3 +168,29 @@ def test_a_key_pressed_while_a_skipped_older_response_is_in_flight_still_lands(l
     assert ratings[pressed] == 0  # the key press, on the step that was selected
     assert ratings[0] == (0 if pressed == 0 else 1) and ratings[1] == (0 if pressed == 1 else -1)
     assert page.js_errors == []
+
+
+def test_a_key_pressed_after_a_panel_is_swapped_in_but_before_it_settles_lands_on_its_cursor(
+    live_server, page, generator_server
+):
+    # htmx swaps a response in at once and settles it (sets classes, our cursor) a moment
+    # later. A key pressed in between used the old panel's cursor: a second quick key
+    # rated the step the first had just rated. The gap is made long here (1 s instead of
+    # 20 ms) so the key surely falls into it.
+    _start_as_ann(live_server, page)
+    page.wait_for_selector("#c-0-0.cursor")
+    page.wait_for_selector("#c-0-0 .katex")
+    page.evaluate("() => { htmx.config.defaultSettleDelay = 1000; document.getElementById('task').oldPanel = true; }")
+
+    page.keyboard.press("3")
+    page.wait_for_function("() => !document.getElementById('task').oldPanel")  # swapped in, not settled
+    page.keyboard.press("1")  # meant for the step the first key moves the cursor to
+
+    page.wait_for_selector("#c-0-1 .rate.bad.on")
+    _wait_saved(page)
+    page.wait_for_function("() => !window.htmx || !document.querySelector('.htmx-settling')")
+    step = LabeledStep.objects.get(assignment=Assignment.objects.get(), index=0)
+    ratings = {r.completion_index: r.rating for r in step.ratings.all()}
+    assert (ratings[0], ratings[1], ratings.get(2)) == (1, -1, None)  # the third candidate: not rated yet
+    assert page.locator("#c-0-0 .rate.good.on").count() == 1
+    assert page.js_errors == []
