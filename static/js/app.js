@@ -380,13 +380,13 @@
   }
 
   // After htmx has handled the response (its "load" handler, the swap, runs first).
-  function requestEnded(e) {
+  function requestEnded() {
     inflight = Math.max(0, inflight - 1);
-    // Waiting keys are replayed when the panel this response brings has settled (below),
-    // so that they aim at the cursor of that panel. A response that brings none (an older
-    // version's, not swapped in; one for a panel already replaced) never settles: replay
-    // them now, on the panel shown.
-    if (!e.target.panelComing) replayPending();
+    // A response that brought a panel has swapped it in by now and settles it later
+    // (settling, below): the waiting keys are replayed then, on its cursor. One that
+    // brings none (an older version's, not swapped in; one for a panel already
+    // replaced) never settles: they are replayed now, on the panel shown.
+    replayPending();
   }
 
   document.addEventListener("htmx:beforeSwap", function (e) {
@@ -398,9 +398,8 @@
       if ((shown[id] || 0) > version) e.detail.shouldSwap = false;
       else shown[id] = version;
     }
-    // Read by requestEnded: a panel will settle after this response. htmx swaps
-    // at once and settles later (settleDelay), and the request ends in between.
-    if (xhr) xhr.panelComing = e.detail.shouldSwap;
+    // htmx swaps at once and settles later (settleDelay); the request ends in between,
+    // and until the settle the cursor is the old panel's.
     if (!queue && e.detail.shouldSwap && e.detail.target && e.detail.target.id === "task") settling = true;
   });
 
