@@ -243,8 +243,24 @@ def server_env(args: argparse.Namespace, env: dict[str, str], app: str) -> dict[
             "DATABASE_URL": f"{args.database_url}{sep}application_name=bench-{app}"}  # fmt: skip
 
 
+def _port_free(port: int) -> bool:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def start_server(args: argparse.Namespace, env: dict[str, str], app: str = "product") -> subprocess.Popen[bytes]:
     port = args.port if app == "product" else args.port + 1
+    # Whoever already listens there would answer the readiness check below, and
+    # the run would measure the CPU of a server that serves nothing.
+    if not _port_free(port):
+        raise SystemExit(f"port {port} ({app}) is in use: stop what listens there, or pass another --port")
     root = Path(args.baseline).resolve() if app == "baseline" else ROOT
     if app != "floor":
         static = {**env, "STATIC_ROOT": tempfile.mkdtemp(prefix=f"bench-static-{app}-")}
@@ -744,12 +760,15 @@ def main() -> None:
     if args.floor and args.baseline:
         raise SystemExit("--floor and --baseline: one at a time")
     apps = ["product", "floor"] if args.floor else ["product", "baseline"] if args.baseline else ["product"]
-    servers = {app: start_server(args, env, app) for app in apps}
-    args.server_pids = {app: server.pid for app, server in servers.items()}
+    servers: dict[str, subprocess.Popen[bytes]] = {}
     results: dict[str, Any] = {}
     soak_failed = False
     lo, hi = (float(x) for x in args.think.split(","))
     try:
+        # Inside the try: a server that fails to start stops the ones started before it.
+        for app in apps:
+            servers[app] = start_server(args, env, app)
+        args.server_pids = {app: server.pid for app, server in servers.items()}
         if args.floor or args.baseline:
             compare(args, steps, (lo, hi))
             return

@@ -15,6 +15,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
 ]
 ROOT_URLCONF = "benchmarks.serving.floor"
-TEMPLATES = []
+# The product's template settings stay: the floor renders none, but it is served
+# by annotate.wsgi, whose warm-up (annotate.warmup) loads the labeler templates.
 # Persistent connections, no health-check ping (a lost connection fails one request).
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = False
