@@ -19,6 +19,11 @@ class FaviconRedirect(RedirectView):
 
 
 urlpatterns = [
+    # The labeler's pages first: a URL is resolved by trying the patterns in
+    # order, and a key press (the most frequent request by far) should not be
+    # tried against the admin's, the API's and the dashboard's first. None of
+    # them overlaps another.
+    path("", include("labeling.urls")),
     path("healthz/", healthz, name="healthz"),
     # Browsers ask for /favicon.ico on pages that link none (the API's JSON, files).
     path("favicon.ico", FaviconRedirect.as_view(), name="favicon"),
@@ -31,7 +36,6 @@ urlpatterns = [
     path("dashboard/", dashboard_views.dashboard, name="dashboard"),
     path("dashboard/exports/<int:pk>/", dashboard_views.export_job_card, name="dashboard-export-job"),
     path("dashboard/exports/", dashboard_views.export_job_start, name="dashboard-export-start"),
-    path("", include("labeling.urls")),
 ]
 
 handler404 = "annotate.errors.not_found"
