@@ -11,19 +11,31 @@ Sessions made before this backend existed name Django's ModelBackend; it stays
 listed second in AUTHENTICATION_BACKENDS so that they stay signed in. It never
 checks a password: a failed sign-in here raises PermissionDenied, which ends
 Django's loop over the backends, so a wrong password is hashed once, not twice.
+
+A key press needs no user load at all (``SessionUser``): once a request of
+this process has loaded a session's user and verified the session against
+their password hash, the press's one statement checks, as it writes, that the
+user is still active and still has that hash (labeling.work.hotpath.PRESS_PLAIN).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from django.conf import settings
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
 from django.contrib.auth.backends import ModelBackend as DjangoModelBackend
-from django.contrib.auth.models import User
+from django.contrib.auth.middleware import AuthenticationMiddleware as DjangoAuthenticationMiddleware
+from django.contrib.auth.middleware import get_user as request_user
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 from django.core.exceptions import PermissionDenied
 from django.db import connections, router
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.http import HttpRequest
+from django.utils.crypto import constant_time_compare
+from django.utils.functional import SimpleLazyObject
 
 from annotate.postgresql import prepared_cursor
 
@@ -81,3 +93,63 @@ class ModelBackend(DjangoModelBackend):
             return None
         user = User.from_db(alias, names, _converted(connections[alias], row))
         return user if self.user_can_authenticate(user) else None
+
+
+@dataclass(frozen=True)
+class SessionUser:
+    """The user a request's session names, as this process verified the session: their id and password hash.
+
+    Not a loaded user: whoever writes on their behalf with it checks, in the
+    statement that writes, that the user is still active and still has this
+    password hash (labeling.work.hotpath.PRESS_PLAIN). That is what the
+    per-request user load checks (``get_user`` and the session's hash), at the
+    moment of the write instead of before it. A password change or a
+    deactivation since then fails the check, and the caller goes the usual way
+    (Django's user load, which then signs the session out).
+    """
+
+    id: int
+    password_hash: str
+
+
+# (user id as the session holds it, the session's auth hash) -> the password
+# hash that auth hash was verified against, by a request of this process.
+# Process memory only, where every request's user load put the same hash
+# before; bounded by emptying it when full (the next requests verify again).
+_VERIFIED: dict[tuple[str, str], str] = {}
+VERIFIED_SESSIONS_MAX = 10_000
+
+
+def session_user(request: HttpRequest) -> SessionUser | None:
+    """The session's user, if a request of this process verified this session; None: load the user as usual."""
+    session = request.session
+    user_id, auth_hash = session.get(SESSION_KEY), session.get(HASH_SESSION_KEY)
+    if user_id is None or not auth_hash or session.get(BACKEND_SESSION_KEY) not in settings.AUTHENTICATION_BACKENDS:
+        return None
+    password_hash = _VERIFIED.get((str(user_id), auth_hash))
+    if password_hash is None:
+        return None
+    return SessionUser(id=int(user_id), password_hash=password_hash)
+
+
+def _verified_user(request: HttpRequest) -> AbstractBaseUser | AnonymousUser:
+    # Django's lazy user load (which verifies the session against the
+    # password hash, and signs it out when that fails), then remembered.
+    user = request_user(request)
+    auth_hash = request.session.get(HASH_SESSION_KEY)
+    if not user.is_authenticated or not isinstance(auth_hash, str):
+        return user
+    key = (str(user.pk), auth_hash)
+    if _VERIFIED.get(key) != user.password and constant_time_compare(auth_hash, user.get_session_auth_hash()):
+        if len(_VERIFIED) >= VERIFIED_SESSIONS_MAX:
+            _VERIFIED.clear()
+        _VERIFIED[key] = user.password
+    return user
+
+
+class AuthenticationMiddleware(DjangoAuthenticationMiddleware):
+    """Django's, and a session whose user it loaded and verified is remembered for ``session_user``."""
+
+    def process_request(self, request: HttpRequest) -> None:
+        super().process_request(request)
+        request.user = SimpleLazyObject(lambda: _verified_user(request))  # type: ignore[assignment]

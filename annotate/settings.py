@@ -114,7 +114,8 @@ MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Django's, remembering verified sessions for the key press (annotate.auth.SessionUser).
+    "annotate.auth.AuthenticationMiddleware",
     # Django's, building the message storage only for requests that use it (annotate.messages).
     "annotate.messages.LazyMessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",

@@ -28,7 +28,7 @@ from labeling.work.assignment import AssignmentNotFound, assignment_for_labeler,
 from labeling.work.phase_one import phase_one_screen
 from labeling.work.queue import LabelerMayNotWork, assignment_next
 from labeling.work.rating import Handout
-from labeling.work.selectors import TaskScreen, task_screen, task_screen_from
+from labeling.work.selectors import FinishBox, TaskScreen, task_screen, task_screen_from
 
 VERSION_HEADER = "X-Rating-Version"
 
@@ -67,11 +67,11 @@ def fragment(request: HttpRequest, template_name: str, context: Mapping[str, obj
 EMPTY_FINISH_BOX = '<div id="finish-box"></div>'
 
 
-def finish_box(request: HttpRequest, screen: TaskScreen) -> str:
-    """The submit box for the screen's state, as the key-press answer carries it (static/js/app.js swaps it in)."""
-    if not screen.ready_reason and not screen.progress.stopped_at_error:
+def finish_box(request: HttpRequest, finish: FinishBox) -> str:
+    """The submit box for a state, as the key-press answer carries it (static/js/app.js swaps it in)."""
+    if not finish.ready_reason and not finish.progress.stopped_at_error:
         return EMPTY_FINISH_BOX
-    return fragment(request, "labeling/task.html#finish-box", {"screen": screen})
+    return fragment(request, "labeling/task.html#finish-box", {"finish": finish})
 
 
 def labeler_of(request: LabelerRequest) -> Labeler:

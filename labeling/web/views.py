@@ -8,6 +8,8 @@ shows whichever screen the assignment's phase needs.
 
 from __future__ import annotations
 
+from typing import cast
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -16,6 +18,7 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
+from annotate.auth import session_user
 from labeling.labelers import labeler_can_take_work, labeler_peek
 from labeling.models import FinishReason, LabelerStatus
 from labeling.quality.control import labeler_screening_result
@@ -40,8 +43,14 @@ from labeling.work.assignment import (
     assignment_abandon,
 )
 from labeling.work.queue import LabelerMayNotWork, assignment_next
-from labeling.work.rating import TaskChanged, assignment_submit_and_next, presses_apply, step_rate
-from labeling.work.selectors import LabelerStats, assignment_current, labeler_stats, task_screen_from
+from labeling.work.rating import (
+    TaskChanged,
+    assignment_submit_and_next,
+    press_plain_apply,
+    presses_apply,
+    step_rate,
+)
+from labeling.work.selectors import FinishBox, LabelerStats, assignment_current, labeler_stats, task_screen_from
 
 
 @login_required
@@ -133,16 +142,40 @@ def rate(request: LabelerRequest, pk: int, step: int, completion: int) -> HttpRe
     return response
 
 
-@login_required
 @require_POST
-def presses(request: LabelerRequest, pk: int) -> HttpResponse:
+def presses(request: HttpRequest, pk: int) -> HttpResponse:
     """A batch of key presses from static/js/press-queue.js, applied in order; answers JSON.
 
     ``applied``: how many of the batch are stored, in order; ``refused``: why
     the rest are not (then the page shows the stored state); ``version``: the
     stored state version; ``current``: where the keyboard is, as the server
     sees it; ``finish_box``: the submit panel for that state.
+
+    A single press of a session this process has verified is tried in one
+    statement first (press_plain_apply), without loading the user; when it
+    is not a plain press it is applied as any batch is, signed in as usual.
     """
+    user = session_user(request)
+    if user is not None:
+        try:
+            batch = presses_from_json(request.body)
+        except PressesInvalid:
+            batch = []
+        if len(batch) == 1:
+            plain = press_plain_apply(
+                assignment_id=pk, user_id=user.id, password_hash=user.password_hash, press=batch[0]
+            )
+            if plain is not None:
+                finish = FinishBox(assignment_id=pk, version=plain.version, progress=plain.progress)
+                return JsonResponse(
+                    {"applied": 1, "refused": None, "message": "", "version": plain.version, "reshaped": False,
+                     "current": plain.progress.current_key, "finish_box": finish_box(request, finish)}
+                )  # fmt: skip
+    return _presses(cast(LabelerRequest, request), pk)
+
+
+@login_required
+def _presses(request: LabelerRequest, pk: int) -> HttpResponse:
     try:
         batch = presses_from_json(request.body)
     except PressesInvalid as exc:
@@ -164,7 +197,7 @@ def presses(request: LabelerRequest, pk: int) -> HttpResponse:
         "version": screen.version,
         "reshaped": outcome.reshaped,
         "current": screen.current_key,
-        "finish_box": finish_box(request, screen),
+        "finish_box": finish_box(request, screen.finish),
     }
     return JsonResponse(body, status=409 if outcome.refusal else 200)
 

@@ -1,4 +1,4 @@
-"""The raw SQL of the hot paths, a rating click, a submit and a hand-out: the only raw SQL of labeling's services.
+"""The raw SQL of the hot paths, a key press, a submit and a hand-out: the only raw SQL of labeling's services.
 
 Each statement here ran through the ORM first; building and compiling the
 query cost more than PostgreSQL needed to run it (docs/benchmarks.md). Each is
@@ -6,7 +6,10 @@ named, takes its values as parameters, and says which rule it enforces and
 which index it rides; the services around them (labeling.work.assignment,
 rating and queue) hold the logic. Every statement runs on SQLite and
 PostgreSQL (the suite runs on both); where SQLite lacks row locks it
-serialises writers with its IMMEDIATE transactions instead.
+serialises writers with its IMMEDIATE transactions instead. One is
+PostgreSQL's alone: PRESS_PLAIN, a key press whose rules are written into the
+statement that writes it (data-modifying WITH clauses, which SQLite lacks);
+elsewhere the service applies the same press statement by statement.
 """
 
 from __future__ import annotations
@@ -316,6 +319,138 @@ def assignment_touch(assignment: Assignment) -> None:
             [assignment.total_time_ms, adapt(assignment.last_activity_at), adapt(assignment.lease_expires_at),
              assignment.ratings_reset_version, assignment.version, assignment.pk],
         )  # fmt: skip
+
+
+# --- A key press in one statement -------------------------------------------------
+
+# A single key press in the state most presses meet, written whole in one
+# statement (one round trip, no BEGIN or COMMIT of its own): a step rated 0 or
+# +1, the next step rated -1 (labeling stops there), or a flag set or cleared
+# on a step already rated. It applies only where
+# labeling.work.rating's rules, run in Python on the same state, would write
+# exactly what it writes; anywhere else it writes nothing and returns no row,
+# and the service runs those rules (presses_apply). Its conditions, in order:
+#
+# - the press's owner: the assignment's labeler is the signed-in user, who is
+#   still active and still has the password hash the session was verified
+#   against (annotate.auth.SessionUser), as the per-request user load checks;
+# - the state the page showed (``version``), in progress, a lease comfortably
+#   alive (LeaseNearExpiry's margin), a phase-2 solution with steps;
+# - the stored trajectory is plain: steps 0..n-1, each with its own rating 0
+#   or +1 and nothing else (no alternatives, no unrated or -1 step),
+#   chosen_completion 0 on each but the last and null on the last, no rating
+#   newer than the state, no reset newer than it (labeling.work.progress);
+# - the press: a rating of 0 or +1 for a rated step or for step n, the next
+#   one, if the solution has it; a -1 for step n when the solution stores no
+#   alternatives for it (the caller does not try a -1 where the step
+#   generator would be asked for some); or a flag for a rated step. A -1 on
+#   a rated step drops the steps after it, and a flag on an unrated step or
+#   an alternative's rating reshape the trajectory: Python's.
+#
+# What it writes is what _rate and _touch write: the rating (version and
+# updated_at), or the new step with its rating and the previous step's
+# chosen_completion moved to 0, and after a -1 the reset version (a late
+# press on a later step must not bring one back); time on task with the idle
+# gap as assignment_time_add counts it, the lease, the state version. The statement
+# sees one snapshot, taken before it waits for the row lock; a writer that
+# committed meanwhile moved the version on, the lock's recheck then finds
+# another version, and nothing is written. Primary keys, the labeler's unique
+# user id, labeled_step_unique_index and step_rating_one_per_completion.
+PRESS_PLAIN = """
+    WITH a AS (
+        SELECT a.id, a.version, s.id AS solution_id, s.steps, jsonb_array_length(s.steps) AS step_count,
+               GREATEST(COALESCE(a.last_activity_at, a.started_at, %(now)s), %(now)s) AS last_activity_at,
+               floor(EXTRACT(EPOCH FROM %(now)s - COALESCE(a.last_activity_at, a.started_at, %(now)s)) * 1000)
+                   AS gap_ms
+        FROM labeling_assignment a
+        JOIN labeling_task t ON t.id = a.task_id
+        JOIN labeling_solution s ON s.id = t.solution_id
+        WHERE a.id = %(assignment)s AND a.status = %(in_progress)s AND a.version = %(version)s
+          AND a.ratings_reset_version <= a.version AND a.lease_expires_at > %(lease_margin)s
+          AND jsonb_typeof(s.steps) = 'array'
+          AND a.labeler_id = (SELECT l.id FROM labeling_labeler l JOIN auth_user u ON u.id = l.user_id
+                              WHERE u.id = %(user)s AND u.is_active AND u.password = %(password)s)
+        FOR UPDATE OF a
+    ), stored AS (
+        SELECT count(*) AS n,
+               count(*) FILTER (WHERE r.completion_index = 0 AND r.rating IN (0, 1)) AS plain,
+               count(*) FILTER (WHERE ls.chosen_completion = 0) AS went_on,
+               max(ls."index") AS last,
+               max(ls."index") FILTER (WHERE ls.chosen_completion IS NULL) AS stopped,
+               max(r.version) AS newest,
+               max(ls.id) FILTER (WHERE ls."index" = %(step)s::int) AS step_id
+        FROM a JOIN labeling_labeledstep ls ON ls.assignment_id = a.id
+        LEFT JOIN labeling_steprating r ON r.step_id = ls.id
+    ), plain AS (
+        SELECT a.*, stored.n, stored.step_id FROM a, stored
+        WHERE stored.plain = stored.n AND COALESCE(stored.newest, 0) <= a.version
+          AND (stored.n = 0 OR (stored.last = stored.n - 1 AND stored.went_on = stored.n - 1
+                                AND stored.stopped = stored.last))
+          AND %(step)s::int < a.step_count
+          AND CASE WHEN %(flag)s::boolean IS NOT NULL THEN %(step)s::int < stored.n
+                   WHEN %(rating)s::smallint IN (0, 1) THEN %(step)s::int <= stored.n
+                   WHEN %(rating)s::smallint = -1 THEN %(step)s::int = stored.n AND NOT EXISTS (
+                       SELECT 1 FROM labeling_stepalternative alt
+                       WHERE alt.solution_id = a.solution_id AND alt.step_index = %(step)s::int)
+                   ELSE false END
+    ), step_added AS (
+        INSERT INTO labeling_labeledstep (assignment_id, "index", chosen_completion, human_completion)
+        SELECT id, %(step)s::int, NULL, NULL FROM plain WHERE step_id IS NULL
+        RETURNING id
+    ), went_on AS (
+        UPDATE labeling_labeledstep ls SET chosen_completion = 0 FROM plain
+        WHERE plain.step_id IS NULL AND ls.assignment_id = plain.id AND ls."index" = plain.n - 1
+    ), rating_added AS (
+        INSERT INTO labeling_steprating (step_id, completion_index, text, rating, flagged, version, updated_at)
+        SELECT step_added.id, 0, plain.steps ->> %(step)s::int, %(rating)s::smallint, NULL, plain.version + 1,
+               %(now)s
+        FROM plain, step_added
+    ), rating_changed AS (
+        UPDATE labeling_steprating r SET rating = COALESCE(%(rating)s::smallint, r.rating),
+            flagged = CASE WHEN COALESCE(%(flag)s::boolean, r.flagged) THEN true END,
+            version = plain.version + 1, updated_at = %(now)s
+        FROM plain WHERE r.step_id = plain.step_id AND r.completion_index = 0
+    ), touched AS (
+        UPDATE labeling_assignment a SET
+            total_time_ms = CASE WHEN plain.gap_ms > 0 AND plain.gap_ms <= %(idle_ms)s
+                                 THEN COALESCE(a.total_time_ms, 0) + plain.gap_ms ELSE a.total_time_ms END,
+            last_activity_at = plain.last_activity_at, lease_expires_at = %(lease_expires_at)s,
+            ratings_reset_version = CASE WHEN %(rating)s::smallint = -1
+                                         THEN GREATEST(a.ratings_reset_version, plain.version + 1)
+                                         ELSE a.ratings_reset_version END,
+            version = plain.version + 1
+        FROM plain WHERE a.id = plain.id
+        RETURNING a.version
+    )
+    SELECT touched.version, plain.n + (plain.step_id IS NULL)::int AS labeled, plain.step_count
+    FROM touched, plain
+"""
+
+
+@dataclass(frozen=True)
+class PlainPress:
+    """What PRESS_PLAIN stored: the state version after it, and how far labeling now goes."""
+
+    version: int
+    labeled: int  # steps 0..labeled-1 are rated: each 0 or +1, or the last -1 when the press was a -1
+    step_count: int
+
+
+def press_plain(
+    *, assignment_id: int, user_id: int, password: str, step_index: int, rating: int | None, flag: bool | None,
+    version: int, now: datetime, lease_margin_at: datetime, lease_expires_at: datetime, idle_ms: int,
+) -> PlainPress | None:  # fmt: skip
+    """PRESS_PLAIN, on PostgreSQL; None when it wrote nothing (or on another database, where it does not run)."""
+    if connection.vendor != "postgresql":
+        return None
+    params: dict[str, Any] = {"assignment": assignment_id, "user": user_id, "password": password, "step": step_index,
+              "rating": rating, "flag": flag, "version": version, "now": now, "lease_margin": lease_margin_at,
+              "lease_expires_at": lease_expires_at, "idle_ms": idle_ms,
+              "in_progress": AssignmentStatus.IN_PROGRESS}  # fmt: skip
+    with _cursor() as cursor:
+        cursor.execute(PRESS_PLAIN, params)
+        row = cursor.fetchone()
+    return None if row is None else PlainPress(version=int(row[0]), labeled=int(row[1]), step_count=int(row[2]))
 
 
 # --- A hand-out ------------------------------------------------------------------

@@ -38,6 +38,17 @@ class Progress:
             return FinishReason.SOLUTION
         return None
 
+    @property
+    def current_key(self) -> str:
+        """DOM id of the completion the keyboard acts on first (``c-<step>-<completion>``), or of the submit button.
+
+        The first alternative still unrated at the error step, else the first
+        unrated step; "finish" when nothing is left to rate.
+        """
+        if self.stopped_at_error:
+            return f"c-{self.stop_index}-{self.alternatives_pending[0]}" if self.alternatives_pending else "finish"
+        return f"c-{self.stop_index}-0" if self.stop_index < self.step_count else "finish"
+
     def can_rate_step(self, index: int) -> bool:
         """Completion 0 of ``index`` may be (re)rated: every earlier step is rated 0 or +1."""
         return 0 <= index <= min(self.stop_index, self.step_count - 1)

@@ -117,6 +117,19 @@ class StepRow:
 
 
 @dataclass(frozen=True)
+class FinishBox:
+    """What the submit box of a phase-2 task shows for one state of it (task.html#finish-box)."""
+
+    assignment_id: int
+    version: int  # the state the submit is aimed at
+    progress: Progress
+
+    @property
+    def ready_reason(self) -> FinishReason | None:
+        return self.progress.ready_reason
+
+
+@dataclass(frozen=True)
 class TaskScreen:
     assignment: Assignment
     rows: list[StepRow]
@@ -177,11 +190,11 @@ class TaskScreen:
     @property
     def current_key(self) -> str:
         """DOM id of the completion the keyboard acts on first, or of the submit button."""
-        for row in self.rows:
-            for completion in [row.own, *row.alternatives]:
-                if completion.is_current:
-                    return f"c-{completion.step_index}-{completion.completion_index}"
-        return "finish"
+        return self.progress.current_key if self.is_open else "finish"
+
+    @property
+    def finish(self) -> FinishBox:
+        return FinishBox(assignment_id=self.assignment.pk, version=self.version, progress=self.progress)
 
 
 Ratings = list[tuple[int, int, str, int | None, bool | None, int]]

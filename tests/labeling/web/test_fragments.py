@@ -42,8 +42,8 @@ def test_the_empty_submit_box_is_what_the_template_renders() -> None:
     request = RequestFactory().post("/")
     screen = _screen_with([(0, 0, "Step 0.", 1, None, 1)])
     assert not screen.ready_reason and not screen.progress.stopped_at_error
-    rendered = render_to_string("labeling/task.html#finish-box", {"screen": screen}, request=request)
-    assert finish_box(request, screen) == EMPTY_FINISH_BOX
+    rendered = render_to_string("labeling/task.html#finish-box", {"finish": screen.finish}, request=request)
+    assert finish_box(request, screen.finish) == EMPTY_FINISH_BOX
     assert " ".join(rendered.split()).replace("> <", "><") == EMPTY_FINISH_BOX
 
 
@@ -52,12 +52,12 @@ def test_a_fragment_renders_as_with_the_context_processors_and_keeps_its_csrf_to
     request = RequestFactory().post("/")
     screen = _screen_with([(0, 0, "Step 0.", 1, None, 1), (1, 0, "Step 1.", 1, None, 2), (2, 0, "Step 2.", 0, None, 3)])
     assert screen.ready_reason == "solution"
-    box = finish_box(request, screen)
+    box = finish_box(request, screen.finish)
     assert 'id="finish"' in box and f'name="version" value="{screen.version}"' in box
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', box)
     assert token is not None
     # The same token the request's CSRF cookie will carry (masked differently each time).
     assert _unmask_cipher_token(token.group(1)) == _unmask_cipher_token(get_token(request))
-    with_processors = render_to_string("labeling/task.html#finish-box", {"screen": screen}, request=request)
+    with_processors = render_to_string("labeling/task.html#finish-box", {"finish": screen.finish}, request=request)
     pattern = r'value="[^"]{64}"'
     assert re.sub(pattern, "", box) == re.sub(pattern, "", with_processors)
