@@ -356,6 +356,7 @@ def assignment_touch(assignment: Assignment) -> None:
 # committed meanwhile moved the version on, the lock's recheck then finds
 # another version, and nothing is written. Primary keys, the labeler's unique
 # user id, labeled_step_unique_index and step_rating_one_per_completion.
+# Sent on one line (compact): see below.
 PRESS_PLAIN = """
     WITH a AS (
         SELECT a.id, a.version, s.id AS solution_id, s.steps, jsonb_array_length(s.steps) AS step_count,
@@ -425,6 +426,21 @@ PRESS_PLAIN = """
     SELECT touched.version, plain.n + (plain.step_id IS NULL)::int AS labeled, plain.step_count
     FROM touched, plain
 """
+
+
+def compact(statement: str) -> str:
+    """The statement on one line, every run of whitespace one space (none of ours has one inside a string).
+
+    psycopg turns a statement's %(name)s placeholders into $1, $2 ... and
+    keeps the result only for statements of at most 4,096 bytes
+    (psycopg._queries.MAX_CACHED_STATEMENT_LENGTH); a longer one is parsed
+    again on every run. PRESS_PLAIN is longer with its indentation, and that
+    parse was a sixth of a key press's app CPU (docs/benchmarks.md).
+    """
+    return " ".join(statement.split())
+
+
+PRESS_PLAIN = compact(PRESS_PLAIN)
 
 
 @dataclass(frozen=True)

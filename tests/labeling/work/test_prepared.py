@@ -18,6 +18,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from labeling.models import Assignment, StepRating
+from labeling.work import hotpath
 from labeling.work.queue import assignment_next
 from labeling.work.rating import Press, presses_apply
 from tests.labeling.workflow_factories import make_generation, make_labeler, make_task
@@ -107,3 +108,14 @@ def test_the_hand_outs_fixed_reads_are_prepared_the_labeler_of_a_user_and_the_qc
     prepared = _prepared()
     assert any("FROM labeling_labeler WHERE user_id = $1" in s for s in prepared)
     assert any("t.kind = $4" in s and "LIMIT $" in s for s in prepared)  # the QC window (labeling.quality.control)
+
+
+def test_every_hot_path_statement_is_short_enough_for_psycopgs_conversion_cache():
+    # Beyond this length psycopg parses a statement's placeholders on every run
+    # (labeling.work.hotpath.compact).
+    from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH
+
+    statements = {name: value for name, value in vars(hotpath).items() if name.isupper() and isinstance(value, str)}
+    assert "PRESS_PLAIN" in statements and len(statements) > 10
+    for name, statement in statements.items():
+        assert len(statement.encode()) <= MAX_CACHED_STATEMENT_LENGTH, name
