@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import Any
 
@@ -11,7 +11,7 @@ from django.contrib.auth.models import AbstractBaseUser, User
 from django.db import connection, transaction
 from django.utils import timezone
 
-from annotate.postgresql import prepared_cursor
+from annotate.postgresql import statement_sent
 from labeling.models import Assignment, AssignmentStatus, Labeler, LabelerStatus, LabelerStatusEvent
 
 # The statuses that may be handed tasks at all. SCREENING labelers are handed
@@ -63,19 +63,31 @@ def _labeler_read(vendor: str) -> tuple[str, list[str], list[tuple[Any, list[Any
 
 
 def _labeler_of_user(user_id: Any) -> Labeler | None:
+    return labeler_of_user_sent(user_id=user_id)()
+
+
+def labeler_of_user_sent(*, user_id: Any) -> Callable[[], Labeler | None]:
+    """The labeler row of a user, sent now; the function returned reads it (None: no row), once.
+
+    Inside labeling.work.hotpath.pipelined() it travels with the statements
+    sent after it (annotate.postgresql.statement_sent): submit + next reads it
+    with the submit's locks, in their round trip.
+    """
     sql, columns, converters = _labeler_read(connection.vendor)
-    # Prepared on PostgreSQL (annotate.postgresql): by the unique user id, one plan for everyone.
-    with prepared_cursor(connection) as cursor:
-        cursor.execute(sql, [user_id])
+
+    def read(cursor: Any) -> Labeler | None:
         row = cursor.fetchone()
-    if row is None:
-        return None
-    values = []
-    for value, (col, convert) in zip(row, converters, strict=True):
-        for converter in convert:
-            value = converter(value, col, connection)
-        values.append(value)
-    return Labeler.from_db(connection.alias, columns, values)
+        if row is None:
+            return None
+        values = []
+        for value, (col, convert) in zip(row, converters, strict=True):
+            for converter in convert:
+                value = converter(value, col, connection)
+            values.append(value)
+        return Labeler.from_db(connection.alias, columns, values)
+
+    # Prepared on PostgreSQL (annotate.postgresql): by the unique user id, one plan for everyone.
+    return statement_sent(connection, sql, [user_id], read)
 
 
 def labeler_peek(*, user: AbstractBaseUser) -> Labeler:

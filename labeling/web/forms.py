@@ -3,9 +3,9 @@ state of one completion, so a late request can never mix fields of two clicks.""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+import orjson
 from django import forms
 
 from labeling.work.assignment import MAX_VERSION
@@ -74,8 +74,8 @@ def presses_from_json(body: bytes) -> list[Press]:
     """The ordered key presses of a ``presses`` request: ``{"presses": [{"step", "completion", "version",
     and "rating" (-1, 0, 1) or "flag" (true/false)}, ...]}``."""
     try:
-        data = json.loads(body or b"null")
-    except ValueError as exc:
+        data = orjson.loads(body or b"null")
+    except ValueError as exc:  # orjson.JSONDecodeError is one
         raise PressesInvalid("The key presses could not be read (not JSON).") from exc
     items = data.get("presses") if isinstance(data, dict) else None
     if not isinstance(items, list) or not items:

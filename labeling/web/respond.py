@@ -9,7 +9,9 @@ can drop an answer older than one it already has.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import cast
 
+import orjson
 from django.contrib import messages
 from django.contrib.auth.models import User
 from django.http import Http404, HttpRequest, HttpResponse
@@ -74,6 +76,11 @@ def finish_box(request: HttpRequest, finish: FinishBox) -> str:
     return fragment(request, "labeling/task.html#finish-box", {"finish": finish})
 
 
+def json_answer(body: Mapping[str, object], *, status: int = 200) -> HttpResponse:
+    """A JSON answer (the key presses'): orjson writes it in a third of the time JsonResponse's encoder takes."""
+    return HttpResponse(orjson.dumps(body), status=status, content_type="application/json")
+
+
 def labeler_of(request: LabelerRequest) -> Labeler:
     return labeler_for_user(user=request.user)
 
@@ -135,15 +142,15 @@ def phase_one_response(
     return _not_kept(response)
 
 
-def next_after_finish(request: LabelerRequest, handout: Handout | None = None) -> HttpResponse:
+def next_after_finish(request: HttpRequest, handout: Handout | None = None) -> HttpResponse:
     """The answer to a finish: the next task. ``handout``: already handed out with the finish (phase-2 submit)."""
     # Finishing hands over the next task at once: the labeler asked for work
     # by starting, and keeps it until they stop.
-    labeler = labeler_of(request)
     fresh = False
     if handout is not None:
-        following, fresh = handout.following, handout.fresh
+        labeler, following, fresh = handout.labeler, handout.following, handout.fresh
     else:
+        labeler = labeler_of(cast(LabelerRequest, request))  # a finish without a hand-out: a signed-in view
         try:
             following = assignment_next(labeler=labeler)
         except LabelerMayNotWork:

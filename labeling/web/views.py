@@ -8,11 +8,11 @@ shows whichever screen the assignment's phase needs.
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.cache import never_cache
@@ -29,6 +29,7 @@ from labeling.web.respond import (
     finish_box,
     fragment,
     is_htmx,
+    json_answer,
     labeler_of,
     next_after_finish,
     own_assignment,
@@ -167,7 +168,7 @@ def presses(request: HttpRequest, pk: int) -> HttpResponse:
             )
             if plain is not None:
                 finish = FinishBox(assignment_id=pk, version=plain.version, progress=plain.progress)
-                return JsonResponse(
+                return json_answer(
                     {"applied": 1, "refused": None, "message": "", "version": plain.version, "reshaped": False,
                      "current": plain.progress.current_key, "finish_box": finish_box(request, finish)}
                 )  # fmt: skip
@@ -180,15 +181,15 @@ def _presses(request: LabelerRequest, pk: int) -> HttpResponse:
         batch = presses_from_json(request.body)
     except PressesInvalid as exc:
         own_assignment(request, pk)  # someone else's assignment answers 404 whatever the body says
-        return JsonResponse({"error": str(exc)}, status=400)
+        return json_answer({"error": str(exc)}, status=400)
     try:
         outcome = presses_apply(assignment_id=pk, user_id=request.user.pk, presses=batch)
     except AssignmentNotFound as exc:
         raise Http404("No such assignment.") from exc
     except RatingRejected as exc:
-        return JsonResponse({"error": str(exc)}, status=400)
+        return json_answer({"error": str(exc)}, status=400)
     except AssignmentClosed as exc:
-        return JsonResponse({"applied": 0, "refused": "closed", "message": str(exc)}, status=409)
+        return json_answer({"applied": 0, "refused": "closed", "message": str(exc)}, status=409)
     screen = task_screen_from(assignment=outcome.assignment, ratings=outcome.ratings)
     body = {
         "applied": outcome.applied,
@@ -199,22 +200,43 @@ def _presses(request: LabelerRequest, pk: int) -> HttpResponse:
         "current": screen.current_key,
         "finish_box": finish_box(request, screen.finish),
     }
-    return JsonResponse(body, status=409 if outcome.refusal else 200)
+    return json_answer(body, status=409 if outcome.refusal else 200)
+
+
+@require_POST
+def submit(request: HttpRequest, pk: int) -> HttpResponse:
+    """Finish the task and answer with the next one, handed out in the same transaction.
+
+    Ownership is checked in the service's locking read, as for a key press. A
+    session this process verified goes without loading the user or the
+    labeler (annotate.auth.SessionUser): the locking read checks the user too,
+    and the labeler row travels with it; anything it does not find goes the
+    usual way, which signs out a session whose user changed.
+    """
+    raw = request.POST.get("version", "")
+    version = int(raw) if raw.isdigit() else None
+    user = session_user(request)
+    if user is not None:
+        answer = _submitted(request, pk, version, user_id=user.id, password_hash=user.password_hash, labeler=None)
+        if answer is not None:
+            return answer
+    return _submit_signed_in(cast(LabelerRequest, request), pk, version)
 
 
 @login_required
-@require_POST
-def submit(request: LabelerRequest, pk: int) -> HttpResponse:
-    raw = request.POST.get("version", "")
-    version = int(raw) if raw.isdigit() else None
+def _submit_signed_in(request: LabelerRequest, pk: int, version: int | None) -> HttpResponse:
+    answer = _submitted(request, pk, version, user_id=request.user.pk, labeler=labeler_of(request))
+    if answer is None:
+        raise Http404("No such assignment.")
+    return answer
+
+
+def _submitted(request: HttpRequest, pk: int, version: int | None, **who: Any) -> HttpResponse | None:
+    """Submit + next's answer; None when the assignment is not found as the signed-in user's."""
     try:
-        # Ownership is checked in the service's locking read, as for a rating;
-        # the next task is handed out in the same transaction.
-        handout = assignment_submit_and_next(
-            assignment_id=pk, user_id=request.user.pk, labeler=labeler_of(request), version=version
-        )
-    except AssignmentNotFound as exc:
-        raise Http404("No such assignment.") from exc
+        handout = assignment_submit_and_next(assignment_id=pk, version=version, **who)
+    except AssignmentNotFound:
+        return None
     except (AssignmentClosed, NotFinished, TaskChanged) as exc:
         return refused(request, str(exc))
     return next_after_finish(request, handout)

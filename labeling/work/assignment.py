@@ -117,10 +117,16 @@ def assignment_lock_row(*, assignment_id: int, user_id: int | None, now: datetim
 
 
 def assignment_lock_row_with_ratings(
-    *, assignment_id: int, user_id: int | None, now: datetime, task_lock: bool
+    *, assignment_id: int, user_id: int | None, now: datetime, task_lock: bool, password_hash: str | None = None
 ) -> tuple[Assignment, list[RatingRow]]:
-    """assignment_lock_row and the assignment's stored ratings (rating_rows), in one round trip when pipelined."""
-    assignment, rows = assignment_locked_with_ratings(assignment_id=assignment_id, user_id=user_id, task_lock=task_lock)
+    """assignment_lock_row and the assignment's stored ratings (rating_rows), in one round trip when pipelined.
+
+    ``password_hash``: the owner also has to be active with this password
+    hash (a session verified without loading the user, annotate.auth.SessionUser).
+    """
+    assignment, rows = assignment_locked_with_ratings(
+        assignment_id=assignment_id, user_id=user_id, task_lock=task_lock, password_hash=password_hash
+    )
     return _writable(assignment, assignment_id=assignment_id, now=now, task_lock=task_lock), rows
 
 

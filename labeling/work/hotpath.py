@@ -65,6 +65,11 @@ ASSIGNMENT_LOCK = """
 """
 
 OWNER = " AND a.labeler_id = (SELECT id FROM labeling_labeler WHERE user_id = %s)"
+# The owner, as a session verified them (annotate.auth.SessionUser): still
+# active and still with that password hash, which the per-request user load
+# would otherwise check. auth_user's primary key.
+OWNER_VERIFIED = """ AND a.labeler_id = (SELECT l.id FROM labeling_labeler l JOIN auth_user u ON u.id = l.user_id
+    WHERE u.id = %s AND u.is_active AND u.password = %s)"""
 
 # The stored ratings of an assignment in page order. labeled_step_unique_index
 # (assignment, index), then step_rating_one_per_completion (step, completion).
@@ -204,23 +209,30 @@ def assignment_locked(*, assignment_id: int, user_id: int | None, task_lock: boo
 
 
 def assignment_locked_with_ratings(
-    *, assignment_id: int, user_id: int | None, task_lock: bool
+    *, assignment_id: int, user_id: int | None, task_lock: bool, password_hash: str | None = None
 ) -> tuple[Assignment | None, list[RatingRow]]:
     """assignment_locked and then its rating_rows, both sent before either answer is read.
 
     Inside ``pipelined()`` the two (three with the task lock) cost one round
     trip. The ratings are read under the lock just taken; when the lock found
     nothing (not the owner's), they are read and thrown away.
+    ``password_hash``: the owner also has to be active with this password
+    hash (OWNER_VERIFIED), for a caller that did not load the user.
     """
-    return _assignment_locked(assignment_id=assignment_id, user_id=user_id, task_lock=task_lock, ratings=True)
+    return _assignment_locked(
+        assignment_id=assignment_id, user_id=user_id, task_lock=task_lock, ratings=True, password_hash=password_hash
+    )
 
 
 def _assignment_locked(
-    *, assignment_id: int, user_id: int | None, task_lock: bool, ratings: bool
+    *, assignment_id: int, user_id: int | None, task_lock: bool, ratings: bool, password_hash: str | None = None
 ) -> tuple[Assignment | None, list[RatingRow]]:
     params: list[Any] = [assignment_id]
     owner = ""
-    if user_id is not None:
+    if user_id is not None and password_hash is not None:
+        owner = OWNER_VERIFIED
+        params += [user_id, password_hash]
+    elif user_id is not None:
         owner = OWNER
         params.append(user_id)
     lock = " FOR UPDATE OF a" if connection.features.has_select_for_update_of else ""
@@ -351,28 +363,19 @@ def assignment_touch(assignment: Assignment) -> None:
 # updated_at), or the new step with its rating and the previous step's
 # chosen_completion moved to 0, and after a -1 the reset version (a late
 # press on a later step must not bring one back); time on task with the idle
-# gap as assignment_time_add counts it, the lease, the state version. The statement
-# sees one snapshot, taken before it waits for the row lock; a writer that
-# committed meanwhile moved the version on, the lock's recheck then finds
-# another version, and nothing is written. Primary keys, the labeler's unique
-# user id, labeled_step_unique_index and step_rating_one_per_completion.
-# Sent on one line (compact): see below.
+# gap as assignment_time_add counts it, the lease, the state version.
+#
+# The assignment's UPDATE is the gate: it holds every condition, takes the
+# row lock, and the step and rating writes follow from what it returns. The
+# stored trajectory is read on the statement's snapshot, taken before the
+# UPDATE waits for a lock another writer holds; that writer moves the version
+# on (every change of an assignment does), the UPDATE's recheck of the
+# locked row then finds another version, and nothing is written. Primary
+# keys, the labeler's unique user id, labeled_step_unique_index,
+# step_rating_one_per_completion and step_alternative_unique_ordinal. Sent on one
+# line (compact, below).
 PRESS_PLAIN = """
-    WITH a AS (
-        SELECT a.id, a.version, s.id AS solution_id, s.steps, jsonb_array_length(s.steps) AS step_count,
-               GREATEST(COALESCE(a.last_activity_at, a.started_at, %(now)s), %(now)s) AS last_activity_at,
-               floor(EXTRACT(EPOCH FROM %(now)s - COALESCE(a.last_activity_at, a.started_at, %(now)s)) * 1000)
-                   AS gap_ms
-        FROM labeling_assignment a
-        JOIN labeling_task t ON t.id = a.task_id
-        JOIN labeling_solution s ON s.id = t.solution_id
-        WHERE a.id = %(assignment)s AND a.status = %(in_progress)s AND a.version = %(version)s
-          AND a.ratings_reset_version <= a.version AND a.lease_expires_at > %(lease_margin)s
-          AND jsonb_typeof(s.steps) = 'array'
-          AND a.labeler_id = (SELECT l.id FROM labeling_labeler l JOIN auth_user u ON u.id = l.user_id
-                              WHERE u.id = %(user)s AND u.is_active AND u.password = %(password)s)
-        FOR UPDATE OF a
-    ), stored AS (
+    WITH stored AS (
         SELECT count(*) AS n,
                count(*) FILTER (WHERE r.completion_index = 0 AND r.rating IN (0, 1)) AS plain,
                count(*) FILTER (WHERE ls.chosen_completion = 0) AS went_on,
@@ -380,52 +383,54 @@ PRESS_PLAIN = """
                max(ls."index") FILTER (WHERE ls.chosen_completion IS NULL) AS stopped,
                max(r.version) AS newest,
                max(ls.id) FILTER (WHERE ls."index" = %(step)s::int) AS step_id
-        FROM a JOIN labeling_labeledstep ls ON ls.assignment_id = a.id
-        LEFT JOIN labeling_steprating r ON r.step_id = ls.id
-    ), plain AS (
-        SELECT a.*, stored.n, stored.step_id FROM a, stored
-        WHERE stored.plain = stored.n AND COALESCE(stored.newest, 0) <= a.version
+        FROM labeling_labeledstep ls LEFT JOIN labeling_steprating r ON r.step_id = ls.id
+        WHERE ls.assignment_id = %(assignment)s
+    ), a AS (
+        UPDATE labeling_assignment a SET
+            total_time_ms = CASE WHEN {gap_ms} > 0 AND {gap_ms} <= %(idle_ms)s
+                                 THEN COALESCE(a.total_time_ms, 0) + {gap_ms} ELSE a.total_time_ms END,
+            last_activity_at = GREATEST(COALESCE(a.last_activity_at, a.started_at, %(now)s), %(now)s),
+            lease_expires_at = %(lease_expires_at)s,
+            ratings_reset_version = CASE WHEN %(rating)s::smallint = -1
+                                         THEN GREATEST(a.ratings_reset_version, a.version + 1)
+                                         ELSE a.ratings_reset_version END,
+            version = a.version + 1
+        FROM labeling_task t, labeling_solution s, stored
+        WHERE a.id = %(assignment)s AND t.id = a.task_id AND s.id = t.solution_id
+          AND a.labeler_id = (SELECT l.id FROM labeling_labeler l JOIN auth_user u ON u.id = l.user_id
+                              WHERE u.id = %(user)s AND u.is_active AND u.password = %(password)s)
+          AND a.status = %(in_progress)s AND a.version = %(version)s AND a.ratings_reset_version <= a.version
+          AND a.lease_expires_at > %(lease_margin)s
+          AND jsonb_typeof(s.steps) = 'array' AND %(step)s::int < jsonb_array_length(s.steps)
+          AND stored.plain = stored.n AND COALESCE(stored.newest, 0) <= a.version
           AND (stored.n = 0 OR (stored.last = stored.n - 1 AND stored.went_on = stored.n - 1
                                 AND stored.stopped = stored.last))
-          AND %(step)s::int < a.step_count
           AND CASE WHEN %(flag)s::boolean IS NOT NULL THEN %(step)s::int < stored.n
                    WHEN %(rating)s::smallint IN (0, 1) THEN %(step)s::int <= stored.n
                    WHEN %(rating)s::smallint = -1 THEN %(step)s::int = stored.n AND NOT EXISTS (
                        SELECT 1 FROM labeling_stepalternative alt
-                       WHERE alt.solution_id = a.solution_id AND alt.step_index = %(step)s::int)
+                       WHERE alt.solution_id = s.id AND alt.step_index = %(step)s::int)
                    ELSE false END
+        RETURNING a.id, a.version, s.steps, jsonb_array_length(s.steps) AS step_count, stored.n, stored.step_id
     ), step_added AS (
         INSERT INTO labeling_labeledstep (assignment_id, "index", chosen_completion, human_completion)
-        SELECT id, %(step)s::int, NULL, NULL FROM plain WHERE step_id IS NULL
+        SELECT id, %(step)s::int, NULL, NULL FROM a WHERE step_id IS NULL
         RETURNING id
     ), went_on AS (
-        UPDATE labeling_labeledstep ls SET chosen_completion = 0 FROM plain
-        WHERE plain.step_id IS NULL AND ls.assignment_id = plain.id AND ls."index" = plain.n - 1
+        UPDATE labeling_labeledstep ls SET chosen_completion = 0 FROM a
+        WHERE a.step_id IS NULL AND ls.assignment_id = a.id AND ls."index" = a.n - 1
     ), rating_added AS (
         INSERT INTO labeling_steprating (step_id, completion_index, text, rating, flagged, version, updated_at)
-        SELECT step_added.id, 0, plain.steps ->> %(step)s::int, %(rating)s::smallint, NULL, plain.version + 1,
-               %(now)s
-        FROM plain, step_added
+        SELECT step_added.id, 0, a.steps ->> %(step)s::int, %(rating)s::smallint, NULL, a.version, %(now)s
+        FROM a, step_added
     ), rating_changed AS (
         UPDATE labeling_steprating r SET rating = COALESCE(%(rating)s::smallint, r.rating),
             flagged = CASE WHEN COALESCE(%(flag)s::boolean, r.flagged) THEN true END,
-            version = plain.version + 1, updated_at = %(now)s
-        FROM plain WHERE r.step_id = plain.step_id AND r.completion_index = 0
-    ), touched AS (
-        UPDATE labeling_assignment a SET
-            total_time_ms = CASE WHEN plain.gap_ms > 0 AND plain.gap_ms <= %(idle_ms)s
-                                 THEN COALESCE(a.total_time_ms, 0) + plain.gap_ms ELSE a.total_time_ms END,
-            last_activity_at = plain.last_activity_at, lease_expires_at = %(lease_expires_at)s,
-            ratings_reset_version = CASE WHEN %(rating)s::smallint = -1
-                                         THEN GREATEST(a.ratings_reset_version, plain.version + 1)
-                                         ELSE a.ratings_reset_version END,
-            version = plain.version + 1
-        FROM plain WHERE a.id = plain.id
-        RETURNING a.version
+            version = a.version, updated_at = %(now)s
+        FROM a WHERE r.step_id = a.step_id AND r.completion_index = 0
     )
-    SELECT touched.version, plain.n + (plain.step_id IS NULL)::int AS labeled, plain.step_count
-    FROM touched, plain
-"""
+    SELECT a.version, a.n + (a.step_id IS NULL)::int AS labeled, a.step_count FROM a
+""".format(gap_ms="floor(EXTRACT(EPOCH FROM %(now)s - COALESCE(a.last_activity_at, a.started_at, %(now)s)) * 1000)")
 
 
 def compact(statement: str) -> str:

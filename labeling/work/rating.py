@@ -29,6 +29,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from labeling.labelers import labeler_of_user_sent
 from labeling.models import (
     Assignment,
     FinishReason,
@@ -466,12 +467,14 @@ class _Submitted:
     stopped_at_error: bool
 
 
-def _submit_locked(*, assignment_id: int, user_id: int | None, version: int | None, now: datetime) -> _Submitted:
+def _submit_locked(
+    *, assignment_id: int, user_id: int | None, version: int | None, now: datetime, password_hash: str | None = None
+) -> _Submitted:
     # Inside the caller's transaction: lock, read, attach or finish. Not
     # finished is not an exception here, so that alternatives just attached
     # are committed before the caller refuses the submit.
     locked, rows = assignment_lock_row_with_ratings(
-        assignment_id=assignment_id, user_id=user_id, now=now, task_lock=True
+        assignment_id=assignment_id, user_id=user_id, now=now, task_lock=True, password_hash=password_hash
     )
     if version is not None and version != locked.version:
         raise TaskChanged("This task changed in another tab. Here is what is stored: check it, then submit.")
@@ -523,15 +526,17 @@ class Handout:
     reason: FinishReason
     following: Assignment | None  # None: nothing waiting, or the labeler may not work (see labeler.status)
     fresh: bool  # following was leased just now: it has no ratings and no alternatives being generated
+    labeler: Labeler  # as the hand-out left them (a status it changed included)
 
 
 def assignment_submit_and_next(
     *,
     assignment_id: int,
     user_id: int | None,
-    labeler: Labeler,
+    labeler: Labeler | None,
     version: int | None = None,
     now: datetime | None = None,
+    password_hash: str | None = None,
 ) -> Handout:
     """assignment_submit, then the labeler's next task (labeling.work.queue), in one transaction.
 
@@ -540,15 +545,28 @@ def assignment_submit_and_next(
     next task (SKIP LOCKED), so a hand-out of the submitted task to someone
     else waits for the submit, as before. A submit that is refused
     (NotFinished, AssignmentClosed, TaskChanged) hands out nothing.
+
+    ``labeler``: the signed-in labeler, or None for a caller that loaded
+    neither them nor their user (annotate.auth.SessionUser): the labeler row
+    is then read with the submit's locks, in their round trip, and the owner's
+    check takes ``password_hash`` (the user still active, with that hash).
     """
+    if labeler is None and (user_id is None or password_hash is None):
+        raise ValueError("without a labeler, the signed-in user's id and password hash")
     now = now or timezone.now()
     for attempt in (1, 2):
         try:
             # Pipelined: the submit's writes travel with the hand-out's first read.
             with transaction.atomic(), pipelined():
-                submitted = _submit_locked(assignment_id=assignment_id, user_id=user_id, version=version, now=now)
+                read_labeler = labeler_of_user_sent(user_id=user_id) if labeler is None else None
+                submitted = _submit_locked(
+                    assignment_id=assignment_id, user_id=user_id, version=version, now=now, password_hash=password_hash
+                )
+                found = read_labeler() if read_labeler is not None else labeler
+                assert found is not None  # the owner's check found their assignment, so they have a row
+                working: Labeler = found
                 following = (
-                    assignment_next_in_transaction(labeler=labeler, now=now) if submitted.reason is not None else None
+                    assignment_next_in_transaction(labeler=working, now=now) if submitted.reason is not None else None
                 )
             break
         except IntegrityError:
@@ -562,4 +580,5 @@ def assignment_submit_and_next(
         reason=reason,
         following=following,
         fresh=following is not None and is_fresh_lease(following, now=now),
+        labeler=working,
     )

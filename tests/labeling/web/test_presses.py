@@ -259,3 +259,19 @@ def test_the_task_page_is_not_kept_for_back_and_its_text_is_bidi_safe():
     assert "<html" not in htmx.content.decode()
     restore = client.get(reverse("task", args=[a.pk]), HTTP_HX_REQUEST="true", HTTP_HX_HISTORY_RESTORE_REQUEST="true")
     assert "<html" in restore.content.decode()  # Back restores a whole page, never a fragment
+
+
+@pytest.mark.parametrize("change", ["password", "deactivated"])
+def test_a_submit_of_a_session_whose_user_changed_stores_nothing_and_is_sent_to_sign_in(change):
+    client, a = _started(steps=["One."])
+    assert _press(client, a, {"step": 0, "completion": 0, "version": 0, "rating": 1}).status_code == 200
+    user = a.labeler.user
+    if change == "password":
+        user.set_password("another-password-2")
+    else:
+        user.is_active = False
+    user.save()
+    response = client.post(reverse("submit", args=[a.pk]), {"version": "1"}, HTTP_HX_REQUEST="true")
+    assert response.status_code == 302 and response["Location"].startswith(reverse("login"))
+    a.refresh_from_db()
+    assert a.status == AssignmentStatus.IN_PROGRESS and a.version == 1

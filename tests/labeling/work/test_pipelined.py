@@ -155,3 +155,27 @@ def test_a_submit_and_the_next_hand_out_ride_the_hand_outs_reads(monkeypatch):
     assert "t.kind = " in sent[lock + 1] and "LIMIT" in sent[lock + 1]  # the QC window, behind the lock
     assert "FROM labeling_generation" in sent[lock + 2]
     assert trips.count == 8
+
+
+@postgresql_only
+@pytest.mark.django_db(transaction=True)
+def test_a_submit_that_loaded_no_labeler_reads_it_with_the_locks_in_their_round_trip(monkeypatch):
+    a = _started()
+    make_task(generation=a.task.generation)
+    now = timezone.now() + timedelta(seconds=1)
+    presses_apply(assignment_id=a.pk, user_id=None, presses=[Press(0, 0, 0, rating=-1)], now=now)
+    monkeypatch.setattr("labeling.work.queue._RNG", random.Random(1))
+    user = a.labeler.user
+    connection.ensure_connection()
+    trips = RoundTrips(monkeypatch)
+    statements = CaptureQueriesContext(connection)
+    with statements:
+        handout = assignment_submit_and_next(assignment_id=a.pk, user_id=user.pk, labeler=None,
+                                             password_hash=user.password, version=1, now=now)  # fmt: skip
+    monkeypatch.undo()
+    assert handout.following is not None
+    sent = [q["sql"] for q in statements.captured_queries]
+    # The labeler row, first: one statement more than with a loaded labeler,
+    # and no round trip more (8, as above).
+    assert "FROM labeling_labeler WHERE user_id" in sent[1] and len(sent) == 14
+    assert trips.count == 8

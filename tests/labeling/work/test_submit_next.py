@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from labeling.models import Assignment, AssignmentStatus, FinishReason, Generation, Labeler, LabelerStatus, TaskStatus
-from labeling.work.assignment import AssignmentClosed, NotFinished
+from labeling.work.assignment import AssignmentClosed, AssignmentNotFound, NotFinished
 from labeling.work.queue import assignment_next, is_fresh_lease
 from labeling.work.rating import assignment_submit_and_next, step_rate
 from tests.labeling.workflow_factories import make_generation, make_labeler, make_task
@@ -100,3 +100,42 @@ def test_a_resumed_lease_is_not_taken_for_a_fresh_one():
     again = assignment_next(labeler=labeler, now=t0 + timedelta(seconds=1))
     assert again is not None and again.pk == first.pk
     assert not is_fresh_lease(again, now=t0 + timedelta(seconds=1))
+
+
+def test_a_caller_that_loaded_no_labeler_gets_the_same_hand_out_with_the_user_checked_in_the_lock():
+    # What a session verified once per process sends (annotate.auth.SessionUser):
+    # the user's id and password hash, no Labeler.
+    t0 = timezone.now()
+    generation, labeler, first = _started(t0)
+    second_task = make_task(generation=generation)
+    _rate_error_at_first_step(first, t0 + timedelta(seconds=5))
+    user = labeler.user
+    before = Assignment.objects.values_list("status", "version").get(pk=first.pk)
+    for wrong in ("pbkdf2_sha256$1$not$theirs", None):
+        with pytest.raises((AssignmentNotFound, ValueError)):
+            assignment_submit_and_next(assignment_id=first.pk, user_id=user.pk, labeler=None, password_hash=wrong,
+                                       now=t0 + timedelta(seconds=9))  # fmt: skip
+    assert Assignment.objects.values_list("status", "version").get(pk=first.pk) == before
+    handout = assignment_submit_and_next(
+        assignment_id=first.pk,
+        user_id=user.pk,
+        labeler=None,
+        password_hash=user.password,
+        now=t0 + timedelta(seconds=9),
+    )
+    assert handout.reason == FinishReason.FOUND_ERROR
+    assert handout.labeler.pk == labeler.pk and handout.labeler.status == LabelerStatus.ACTIVE
+    assert handout.following is not None and handout.following.task_id == second_task.pk
+
+
+def test_a_deactivated_user_without_a_loaded_labeler_submits_nothing():
+    t0 = timezone.now()
+    _generation, labeler, first = _started(t0)
+    _rate_error_at_first_step(first, t0 + timedelta(seconds=5))
+    user = labeler.user
+    user.is_active = False
+    user.save()
+    with pytest.raises(AssignmentNotFound):
+        assignment_submit_and_next(assignment_id=first.pk, user_id=user.pk, labeler=None, password_hash=user.password)
+    first.refresh_from_db()
+    assert first.status == AssignmentStatus.IN_PROGRESS
