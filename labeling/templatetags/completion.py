@@ -1,4 +1,4 @@
-"""``{% completion c %}`` and ``{% step_row row %}``: the rateable rows of the task screen, built in Python.
+"""``{% completion c %}`` and ``{% step_rows rows %}``: the rateable rows of the task screen, built in Python.
 
 The task panel draws one of these per step shown and per step kept ahead
 (static/js/app.js reveals them), so a fresh 10-step task draws ten. As a
@@ -112,5 +112,8 @@ def completion(context: Context, c: CompletionRow) -> SafeString:
 
 
 @register.simple_tag(takes_context=True)
-def step_row(context: Context, row: StepRow) -> SafeString:
-    return step_row_html(row, screen=context["screen"], csrf_token=_token(context))
+def step_rows(context: Context, rows: list[StepRow]) -> SafeString:
+    """The rows, in order, from one tag: a loop turn and a tag per row cost the template engine about what the
+    row itself costs to build."""
+    screen, token = context["screen"], _token(context)
+    return mark_safe("".join(step_row_html(row, screen=screen, csrf_token=token) for row in rows))  # built safe

@@ -8,7 +8,7 @@ shows whichever screen the assignment's phase needs.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import cast
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -20,7 +20,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from annotate.auth import session_user
 from labeling.labelers import labeler_can_take_work, labeler_peek
-from labeling.models import FinishReason, LabelerStatus
+from labeling.models import FinishReason, Labeler, LabelerStatus
 from labeling.quality.control import labeler_screening_result
 from labeling.web.forms import PressesInvalid, RateForm, ReasonForm, presses_from_json
 from labeling.web.respond import (
@@ -217,7 +217,7 @@ def submit(request: HttpRequest, pk: int) -> HttpResponse:
     version = int(raw) if raw.isdigit() else None
     user = session_user(request)
     if user is not None:
-        answer = _submitted(request, pk, version, user_id=user.id, password_hash=user.password_hash, labeler=None)
+        answer = _submitted(request, pk, version, user_id=user.id, labeler=None, password_hash=user.password_hash)
         if answer is not None:
             return answer
     return _submit_signed_in(cast(LabelerRequest, request), pk, version)
@@ -231,10 +231,20 @@ def _submit_signed_in(request: LabelerRequest, pk: int, version: int | None) -> 
     return answer
 
 
-def _submitted(request: HttpRequest, pk: int, version: int | None, **who: Any) -> HttpResponse | None:
+def _submitted(
+    request: HttpRequest,
+    pk: int,
+    version: int | None,
+    *,
+    user_id: int,
+    labeler: Labeler | None,
+    password_hash: str | None = None,
+) -> HttpResponse | None:
     """Submit + next's answer; None when the assignment is not found as the signed-in user's."""
     try:
-        handout = assignment_submit_and_next(assignment_id=pk, version=version, **who)
+        handout = assignment_submit_and_next(
+            assignment_id=pk, user_id=user_id, labeler=labeler, version=version, password_hash=password_hash
+        )
     except AssignmentNotFound:
         return None
     except (AssignmentClosed, NotFinished, TaskChanged) as exc:

@@ -347,7 +347,6 @@ def presses_apply(
 class PlainPressed:
     """A key press stored in one statement (press_plain_apply): the state after it, as its answer tells the page."""
 
-    assignment_id: int
     version: int
     progress: Progress
 
@@ -395,7 +394,7 @@ def press_plain_apply(
         alternatives_pending=(),
         step_count=stored.step_count,
     )
-    return PlainPressed(assignment_id=assignment_id, version=stored.version, progress=progress)
+    return PlainPressed(version=stored.version, progress=progress)
 
 
 def _page_order(rows: list[RatingRow]) -> list[tuple[int, int, str, int | None, bool | None, int]]:
