@@ -12,10 +12,11 @@ listed second in AUTHENTICATION_BACKENDS so that they stay signed in. It never
 checks a password: a failed sign-in here raises PermissionDenied, which ends
 Django's loop over the backends, so a wrong password is hashed once, not twice.
 
-A key press needs no user load at all (``SessionUser``): once a request of
-this process has loaded a session's user and verified the session against
-their password hash, the press's one statement checks, as it writes, that the
-user is still active and still has that hash (labeling.work.hotpath.PRESS_PLAIN).
+A key press and a submit need no user load at all (``SessionUser``): once a
+request of this process has loaded a session's user and verified the session
+against their password hash, the statement that writes checks that the user
+is still active and still has that hash (labeling.work.hotpath.PRESS_PLAIN,
+and the submit's locking read with OWNER_VERIFIED).
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ class SessionUser:
 
     Not a loaded user: whoever writes on their behalf with it checks, in the
     statement that writes, that the user is still active and still has this
-    password hash (labeling.work.hotpath.PRESS_PLAIN). That is what the
+    password hash (labeling.work.hotpath.PRESS_PLAIN, OWNER_VERIFIED). That is what the
     per-request user load checks (``get_user`` and the session's hash), at the
     moment of the write instead of before it. A password change or a
     deactivation since then fails the check, and the caller goes the usual way
