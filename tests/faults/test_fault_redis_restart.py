@@ -19,10 +19,14 @@ def test_a_redis_restart_loses_queued_chunks_and_the_reconciler_finishes_the_gen
     fault_db, private_redis, celery_worker, tmp_path
 ):
     env = pipeline_env(tmp_path, private_redis.url)
-    worker = celery_worker(fault_db, private_redis.url, env["PIPELINE_GPU_QUEUE"], **env)
     created = scenario(fault_db, "pipeline", stage="scoring", training=TINY, problems=3, per_problem=4, env=env)
     generation = created["generation"]
     assert created["status"] == "scoring"
+    # Started once the scenario trained the model itself: a worker already
+    # listening took the training message the scenario's prepare sends, and
+    # the scenario's own training then found the step claimed and stayed in
+    # "training" (seen on a busy machine).
+    worker = celery_worker(fault_db, private_redis.url, env["PIPELINE_GPU_QUEUE"], **env)
 
     # The worker holds one chunk (prefetch 1, solo pool); the others wait in Redis.
     def running() -> bool:
