@@ -252,6 +252,48 @@ def test_two_presses_aimed_at_the_same_state_from_two_connections_store_exactly_
     assert len(steps) == 2 and len(ratings) == 2
 
 
+@postgresql_only
+@pytest.mark.django_db(transaction=True)
+def test_a_plain_press_and_a_press_through_the_rules_aimed_at_the_same_state_store_exactly_one():
+    # Two tabs: one press goes through the statement, the other (a -1 on a
+    # rated step, which drops the steps after it) through presses_apply.
+    now = timezone.now()
+    a = _started(now)
+    for step in range(3):
+        assert _plain(a, Press(step, 0, step, rating=1), now) is not None
+    user = a.labeler.user
+    start = threading.Barrier(2)
+    applied: list[bool] = []
+
+    def plain() -> None:
+        try:
+            start.wait()
+            applied.append(_plain(a, Press(1, 0, 3, rating=0), now) is not None)
+        finally:
+            connections.close_all()
+
+    def through_the_rules() -> None:
+        try:
+            start.wait()
+            pressed = presses_apply(assignment_id=a.pk, user_id=user.pk, presses=[Press(0, 0, 3, rating=-1)], now=now)
+            applied.append(pressed.applied == 1)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=plain), threading.Thread(target=through_the_rules)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(applied) == [False, True]
+    row, steps, ratings = _state(a)
+    assert row[1] == 4  # one press moved the state on, the other was refused
+    if len(steps) == 1:  # the -1 won: the steps after step 0 are gone, step 1's press was not stored
+        assert [r[3] for r in ratings] == [-1]
+    else:  # the plain press won: the -1 aimed at the same state was refused
+        assert [r[3] for r in ratings] == [1, 0, 1]
+
+
 # --- the statement against the rules in Python, press by press ----------------
 
 GAPS = [
