@@ -1,4 +1,4 @@
-"""The raw SQL of the hot paths, a key press, a submit and a hand-out: the only raw SQL of labeling's services.
+"""The raw SQL of the hot paths (a rating click, a key press, a submit, a hand-out): labeling's only raw SQL.
 
 Each statement here ran through the ORM first; building and compiling the
 query cost more than PostgreSQL needed to run it (docs/benchmarks.md). Each is
