@@ -30,6 +30,15 @@ def _path_format(name: str, arity: int, prefix: str, urlconf: str | None) -> str
     return url
 
 
+def int_path_format(name: str, arity: int) -> str:
+    """The URL of ``name`` as a ``str.format`` pattern of its ``arity`` integer arguments ({0}, {1}, ...).
+
+    For a caller that formats many URLs of one name in one request (a panel's
+    rating forms): the script prefix and the urlconf are looked up once.
+    """
+    return _path_format(name, arity, get_script_prefix(), get_urlconf())
+
+
 def int_path(name: str, *args: int) -> str:
     """``reverse(name, args=args)``, as it would answer, for integer ``args``."""
     values = [int(a) for a in args]

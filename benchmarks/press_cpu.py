@@ -13,7 +13,8 @@ and replaced by a no-op; medians and every round are printed. ``--profile``
 then prints a cProfile of the pipelined press on the same clock.
 
 ``--panel`` measures rendering the task panel of a fresh task (what submit
-+ next answers with) and its step rows alone, outside any request.
++ next answers with) and its step rows alone, outside any request
+(``--profile``: then profiles the panel).
 ``--submit`` measures submit + next instead: each task's steps are rated in
 one batch of presses (not timed), then ``/assignments/<pk>/submit/`` finishes
 it and answers with the next task's panel (timed, and profiled with
@@ -161,17 +162,16 @@ def _panels(assignment: Any, args: argparse.Namespace) -> None:
     from django.middleware.csrf import get_token
     from django.test import RequestFactory
 
-    from labeling.templatetags.completion import step_row_html
-    from labeling.web.respond import fragment
+    from labeling.web.panel import step_row_html, task_panel_html
     from labeling.work.selectors import task_screen_from
 
     screen = task_screen_from(assignment=assignment, ratings=[])
     request = RequestFactory().post("/")
     token = get_token(request)
-    context = {"screen": screen, "alternatives_pending": False, "finished": True}
 
     def panel() -> None:
-        fragment(request, "labeling/task.html#task-panel", context)
+        # As labeling.web.respond.task_response answers submit + next.
+        task_panel_html(screen, csrf_token=get_token(request), finished=True)
 
     def rows() -> None:
         for row in [*screen.rows, *screen.ahead]:
@@ -188,6 +188,12 @@ def _panels(assignment: Any, args: argparse.Namespace) -> None:
             rounds.append((time.thread_time() - start) / args.presses * 1000)
         print(f"app CPU to render {name}: median {statistics.median(rounds):.3f} ms "
               f"(rounds: {' '.join(f'{v:.2f}' for v in rounds)})")  # fmt: skip
+    if args.profile:
+        profile = cProfile.Profile(time.thread_time)
+        with profile:
+            for _ in range(args.presses):
+                panel()
+        _report(profile, args)
 
 
 def _report(profile: cProfile.Profile, args: argparse.Namespace) -> None:

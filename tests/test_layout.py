@@ -127,8 +127,9 @@ ROOMS = [
     ["labeling.labelers", "labeling.data", "labeling.migrations"],
     ["labeling.quality"],
     ["labeling.work"],
-    ["labeling.web", "labeling.staff", "labeling.api", "labeling.management", "labeling.templatetags"],
-    ["labeling.admin", "labeling.tasks", "labeling.urls", "labeling.apps"],
+    ["labeling.web", "labeling.staff", "labeling.api", "labeling.management"],
+    # The template tags place what web/ builds (web/panel.py) in the templates.
+    ["labeling.admin", "labeling.tasks", "labeling.urls", "labeling.apps", "labeling.templatetags"],
 ]
 
 

@@ -12,8 +12,8 @@ point, e.g. ⟨U+202E⟩. Plain code: no ORM.
 from __future__ import annotations
 
 import unicodedata
+from html import escape
 
-from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
 # Whitespace a text may carry as it is; every other control (Cc) or format
@@ -40,7 +40,7 @@ def visible_controls(text: str) -> SafeString:
     # Runs of plain text are escaped whole: escaping character by character
     # was most of the task panel's rendering time.
     if not _has_hidden(text):
-        return escape(text)
+        return mark_safe(escape(text))  # the standard library escape Django's calls, without its lazy-string wrapper
     out: list[str] = []
     start = 0
     for i, ch in enumerate(text):

@@ -1,7 +1,7 @@
 """What the labeler pages answer with, shared by the phase-2 and phase-1 views.
 
-htmx requests get a fragment (the ``task-panel`` of the task template, a plain
-text refusal); the same URLs work as plain form posts, which get whole pages
+htmx requests get a fragment (the task panel, built by labeling.web.panel; a
+plain text refusal); the same URLs work as plain form posts, which get whole pages
 and redirects. Every task answer carries ``X-Rating-Version`` so that the page
 can drop an answer older than one it already has.
 """
@@ -25,6 +25,8 @@ from django_htmx.middleware import HtmxDetails
 
 from labeling.labelers import labeler_for_user
 from labeling.models import Assignment, Labeler, LabelerStatus
+from labeling.web.forms import ReasonForm
+from labeling.web.panel import finish_box_html, task_panel_html
 from labeling.work.alternatives import alternatives_generated_attach
 from labeling.work.assignment import AssignmentNotFound, assignment_for_labeler, is_phase_one
 from labeling.work.phase_one import phase_one_screen
@@ -53,7 +55,7 @@ def _fragment(request: HttpRequest) -> bool:
 
 
 def fragment(request: HttpRequest, template_name: str, context: Mapping[str, object]) -> str:
-    """A partial of a labeler template (``task.html#finish-box``), rendered without the context processors.
+    """A partial of a labeler template (``task.html#rated``), rendered without the context processors.
 
     The fragments use nothing the processors add (user, messages, request),
     only their forms' CSRF token, given here; running the processors cost
@@ -63,17 +65,11 @@ def fragment(request: HttpRequest, template_name: str, context: Mapping[str, obj
     return get_template(template_name).render({**context, "csrf_token": get_token(request)})
 
 
-# The submit box when it has nothing to show (labeling still under way): what
-# task.html#finish-box renders then, without rendering it on every key press.
-# tests/labeling/web/test_fragments.py keeps the two equal.
-EMPTY_FINISH_BOX = '<div id="finish-box"></div>'
-
-
 def finish_box(request: HttpRequest, finish: FinishBox) -> str:
     """The submit box for a state, as the key-press answer carries it (static/js/app.js swaps it in)."""
-    if not finish.ready_reason and not finish.progress.stopped_at_error:
-        return EMPTY_FINISH_BOX
-    return fragment(request, "labeling/task.html#finish-box", {"finish": finish})
+    # The CSRF token only where the box holds the submit form: masking one
+    # for every key press would cost more than building the box.
+    return finish_box_html(finish, csrf_token=get_token(request) if finish.ready_reason else "")
 
 
 def json_answer(body: Mapping[str, object], *, status: int = 200) -> HttpResponse:
@@ -100,25 +96,44 @@ def refused(request: HttpRequest, message: str, *, status: int = 409) -> HttpRes
 
 
 def task_response(
-    request: HttpRequest, assignment: Assignment | None, *, status: int = 200, fresh: bool = False, **extra: object
+    request: HttpRequest,
+    assignment: Assignment | None,
+    *,
+    status: int = 200,
+    fresh: bool = False,
+    finished: bool = False,
+    reason_form: ReasonForm | None = None,
+    reason_kind: str | None = None,
 ) -> HttpResponse:
     """The task screen of either phase (or the empty one), as a page or its ``task-panel`` fragment.
 
     ``fresh``: the assignment was leased in this request, so it has no
     ratings and nothing generated for it yet: the screen needs no query.
+    ``finished``: this answers a finish (the screen says it was saved).
+    ``reason_form``, ``reason_kind``: a reason to leave the task that was
+    refused, shown again with its error.
     """
+    reasons = {"reason_form": reason_form, "reason_kind": reason_kind} if reason_form is not None else {}
     if assignment is not None and is_phase_one(assignment):
-        return phase_one_response(request, assignment, status=status, **extra)
+        return phase_one_response(request, assignment, status=status, finished=finished, **reasons)
     screen: TaskScreen | None
     if assignment is not None and fresh:
         pending, screen = False, task_screen_from(assignment=assignment, ratings=[])
     else:
         pending = assignment is not None and alternatives_generated_attach(assignment=assignment)
         screen = task_screen(assignment=assignment) if assignment is not None else None
-    context = {"screen": screen, "alternatives_pending": pending, **extra}
     if _fragment(request):
-        response = HttpResponse(fragment(request, "labeling/task.html#task-panel", context), status=status)
+        panel = task_panel_html(
+            screen,
+            csrf_token=get_token(request),
+            finished=finished,
+            alternatives_pending=pending,
+            reason_kind=reason_kind,
+            reason_form=reason_form,
+        )
+        response = HttpResponse(panel, status=status)
     else:
+        context = {"screen": screen, "alternatives_pending": pending, **reasons, "finished": finished}
         response = render(request, "labeling/task.html", context, status=status)
     if screen is not None:
         response[VERSION_HEADER] = f"{screen.assignment.pk}:{screen.version}"

@@ -1,11 +1,11 @@
-"""The task screen's rows as labeling/templatetags/completion.py builds them: what a labeler sees and a post sends."""
+"""The task screen's rows as labeling/web/panel.py builds them: what a labeler sees and a post sends."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 from typing import Any
 
-from labeling.templatetags.completion import completion_html, step_row_html
+from labeling.web.panel import completion_html, step_row_html
 from labeling.work.selectors import CompletionRow, StepRow
 
 
@@ -63,7 +63,7 @@ def test_an_error_step_row_carries_its_candidates() -> None:
 def test_the_rating_url_is_what_reverse_answers_under_any_script_prefix() -> None:
     from django.urls import reverse, set_script_prefix
 
-    from labeling.templatetags.completion import rate_url
+    from labeling.web.panel import rate_url
 
     try:
         for prefix in ("/", "/annotate/", "/a{b}/"):
