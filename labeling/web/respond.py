@@ -125,7 +125,11 @@ def task_response(
     if _fragment(request):
         panel = task_panel_html(
             screen,
-            csrf_token=get_token(request),
+            # No CSRF field in the forms: htmx sends the page's token with
+            # every request it makes (base.html's hx-headers, which app.js's
+            # key presses read too). The fields serve posts without
+            # JavaScript, which get whole pages, never this fragment.
+            csrf_token="",
             finished=finished,
             alternatives_pending=pending,
             reason_kind=reason_kind,

@@ -82,7 +82,13 @@
     window.htmx.ajax("GET", assignmentUrl(), { target: "#task", swap: "outerHTML" });
   }
 
+  // The page's CSRF token, which htmx sends with each of its requests
+  // (base.html's hx-headers). A panel swapped in by htmx has no token fields.
   function csrfToken() {
+    try {
+      var headers = JSON.parse(document.body.getAttribute("hx-headers") || "{}");
+      if (headers["X-CSRFToken"]) return headers["X-CSRFToken"];
+    } catch (e) { /* not JSON: fall back to a form's field */ }
     var input = document.querySelector("#task input[name=csrfmiddlewaretoken]");
     return input ? input.value : "";
   }
