@@ -170,8 +170,9 @@ def _panels(assignment: Any, args: argparse.Namespace) -> None:
     token = get_token(request)
 
     def panel() -> None:
-        # As labeling.web.respond.task_response answers submit + next.
-        task_panel_html(screen, csrf_token=get_token(request), finished=True)
+        # As labeling.web.respond.task_response answers submit + next (htmx:
+        # no CSRF fields, the page's header carries the token).
+        task_panel_html(screen, csrf_token="", finished=True)
 
     def rows() -> None:
         for row in [*screen.rows, *screen.ahead]:
