@@ -52,10 +52,6 @@ def csrf_input(token: str) -> str:
     return f'<input type="hidden" name="csrfmiddlewaretoken" value="{escape(token)}">'
 
 
-def rate_url(assignment_id: int, step_index: int, completion_index: int) -> str:
-    return int_path("rate", assignment_id, step_index, completion_index)
-
-
 def completion_html(
     c: CompletionRow, *, screen: TaskScreen, csrf_token: str, oob: bool = False, rate_format: str | None = None
 ) -> SafeString:

@@ -63,15 +63,20 @@ def test_an_error_step_row_carries_its_candidates() -> None:
 def test_the_rating_url_is_what_reverse_answers_under_any_script_prefix() -> None:
     from django.urls import reverse, set_script_prefix
 
-    from labeling.web.panel import rate_url
+    from annotate.paths import int_path_format
+    from labeling.web.panel import step_rows_html
 
     try:
         for prefix in ("/", "/annotate/", "/a{b}/"):
             set_script_prefix(prefix)
             for args in ((17, 0, 0), (1, 12, 3), (123456789, 99, 10)):
-                assert rate_url(*args) == reverse("rate", args=args)
+                assert int_path_format("rate", 3).format(*args) == reverse("rate", args=args)
             html = completion_html(CompletionRow(3, 0, "x", None, False, False), screen=_screen(), csrf_token="")
             assert f'action="{reverse("rate", args=(17, 3, 0))}"' in html
+            rows = step_rows_html(
+                [StepRow(own=CompletionRow(3, 0, "x", None, False, False))], screen=_screen(), csrf_token=""
+            )
+            assert f'action="{reverse("rate", args=(17, 3, 0))}"' in rows
             assert reverse("rate", args=(17, 3, 0)).startswith(prefix.replace("{", "%7B").replace("}", "%7D"))
     finally:
         set_script_prefix("/")
