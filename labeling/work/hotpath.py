@@ -495,6 +495,31 @@ def open_generation_ids_sent() -> Callable[[], list[int]]:
                  lambda cursor: [int(row[0]) for row in cursor.fetchall()])  # fmt: skip
 
 
+# The QC items a labeler may still be handed (labeling.work.queue draws one at
+# QC_RATE): gold-labeled QC tasks of open phase-2 generations, not retired
+# (the rating service marks a QC task done after its first submission, but it
+# goes to everyone), minus what this labeler already had: each QC item at most
+# once per person. task_gold_kind_idx (partial: kind other than normal) finds
+# the pool; the two EXISTS ride goldstep's solution index and
+# assignment_one_per_task_and_labeler (task, labeler).
+QUALITY_CONTROL_UNSEEN = """
+    SELECT t.id FROM labeling_task t JOIN labeling_generation g ON g.id = t.generation_id
+    WHERE t.kind = %s AND t.status <> %s AND g.status = %s AND g.phase = %s
+      AND EXISTS (SELECT 1 FROM labeling_goldstep s WHERE s.solution_id = t.solution_id)
+      AND NOT EXISTS (SELECT 1 FROM labeling_assignment a WHERE a.task_id = t.id AND a.labeler_id = %s)
+    ORDER BY t.id
+"""
+
+
+def quality_control_unseen_ids(*, labeler_id: int) -> list[int]:
+    with _cursor() as cursor:
+        cursor.execute(
+            QUALITY_CONTROL_UNSEEN,
+            [TaskKind.QUALITY_CONTROL, TaskStatus.RETIRED, GenerationStatus.OPEN, Phase.TWO, labeler_id],
+        )
+        return [int(row[0]) for row in cursor.fetchall()]
+
+
 # The best open normal task of a generation that has a free place and that the
 # labeler has not had. Served by task_queue_idx (generation, status, -priority,
 # id): an ordered index scan that stops at the first row passing the filters.

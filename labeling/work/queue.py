@@ -30,21 +30,16 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from labeling.labelers import labeler_can_take_work, labeler_needs_screening
 from labeling.models import (
     Assignment,
     AssignmentStatus,
-    GenerationStatus,
-    GoldStep,
     Labeler,
     LabelerStatus,
-    Phase,
     Task,
     TaskKind,
-    TaskStatus,
 )
 from labeling.quality.control import (
     labeler_quality_enforce,
@@ -57,6 +52,7 @@ from labeling.work.hotpath import (
     labeler_lock_sent,
     open_generation_ids,
     open_generation_ids_sent,
+    quality_control_unseen_ids,
     task_candidate,
     task_places,
 )
@@ -217,23 +213,6 @@ def _next_screening(*, labeler: Labeler, now: datetime) -> Assignment | None:
     return None
 
 
-def _unseen_quality_control_ids(*, labeler: Labeler) -> list[int]:
-    # The QC pools of open generations (task_gold_kind_idx), gold only, minus
-    # what this labeler already had: each QC item at most once per person.
-    return list(
-        # Not RETIRED rather than OPEN: the rating service marks a QC task
-        # DONE after its first submission, but it goes to everyone.
-        Task.objects.filter(
-            kind=TaskKind.QUALITY_CONTROL, generation__status=GenerationStatus.OPEN, generation__phase=Phase.TWO
-        )
-        .exclude(status=TaskStatus.RETIRED)
-        .filter(Exists(GoldStep.objects.filter(solution_id=OuterRef("solution_id"))))
-        .exclude(Exists(Assignment.objects.filter(task_id=OuterRef("pk"), labeler=labeler)))
-        .order_by("pk")
-        .values_list("pk", flat=True)
-    )
-
-
 def _next_work(*, labeler: Labeler, now: datetime, rng: random.Random, generation_ids: list[int]) -> Assignment | None:
     # Phase-1 work (one task per problem, on its placeholder solution) is
     # served like phase-2 work, best priority first across generations
@@ -248,10 +227,12 @@ def _next_work(*, labeler: Labeler, now: datetime, rng: random.Random, generatio
         # would tell the labeler that it is a QC item.
         return None
     if rng.random() < settings.QC_RATE:
-        unseen = _unseen_quality_control_ids(labeler=labeler)
+        unseen = quality_control_unseen_ids(labeler_id=labeler.pk)
         if unseen:
-            # A random unseen item, so the order differs between labelers.
-            return _lease(task=Task.objects.get(pk=rng.choice(unseen)), labeler=labeler, now=now)
+            # A random unseen item, so the order differs between labelers;
+            # loaded with what the task screen shows of it.
+            task = Task.objects.select_related("solution__problem").get(pk=rng.choice(unseen))
+            return _lease(task=task, labeler=labeler, now=now)
     if best.lapsed:
         # They lost the lease (it ran out) and someone else now has the task.
         Assignment.objects.filter(

@@ -275,6 +275,31 @@ def test_it_submits_and_hands_out_the_next_task_in_a_bounded_number_of_queries(
     assert f'data-assignment="{following.pk}"' in response.content.decode()
 
 
+def test_a_qc_hand_out_reads_its_task_solution_and_problem_in_one_query(django_assert_max_num_queries, monkeypatch):
+    from tests.labeling.gold_factories import make_qc_pool
+
+    client, a = _started()
+    qc = make_qc_pool(generation=a.task.generation, size=1)[0]
+    make_task(generation=a.task.generation)
+    monkeypatch.setattr("labeling.work.queue._RNG", _Draw(0.0))
+    _rate(client, a, 0, -1, 1, **HX)
+    # As the plain hand-out (at most 16 with the QC draw, above), with the
+    # QC item read with its solution and problem in the place of the
+    # candidate's places: nothing is loaded again to draw its panel.
+    with django_assert_max_num_queries(16) as captured:
+        response = client.post(reverse("submit", args=[a.pk]), **HX)
+    assert response.status_code == 200
+    following = Assignment.objects.get(labeler=a.labeler, status=AssignmentStatus.IN_PROGRESS)
+    assert following.task_id == qc.pk
+    assert escape(qc.solution.problem.problem) in response.content.decode()
+    # The candidate's places read its problem too (the draw comes after the
+    # claim); nothing reads a problem, or a solution, on its own.
+    statements = [q["sql"] for q in captured.captured_queries]
+    problems = [sql for sql in statements if "labeling_problem" in sql]
+    assert len(problems) == 2 and all("JOIN" in sql for sql in problems), statements
+    assert not [sql for sql in statements if 'FROM "labeling_solution"' in sql], statements
+
+
 def test_it_redirects_a_plain_form_post_back_to_the_task():
     client, a = _started()
     response = _rate(client, a, 0, 0, 1)

@@ -107,3 +107,29 @@ def test_open_generations_are_the_open_phase_one_and_two_ones_in_number_order():
     )
     assert ids == orm
     assert ids.index(earlier.pk) < ids.index(later.pk)
+
+
+def test_the_unseen_qc_items_are_the_gold_qc_tasks_of_open_phase_two_generations_the_labeler_has_not_had():
+    from labeling.models import GoldStep, TaskKind, TaskStatus
+    from labeling.work.hotpath import quality_control_unseen_ids
+
+    current = make_generation()
+    Generation.objects.filter(pk=current.pk).update(phase=Phase.TWO)
+    pool = make_qc_pool(generation=current, size=5)
+    closed = make_generation(status=GenerationStatus.CLOSED)
+    Generation.objects.filter(pk=closed.pk).update(phase=Phase.TWO)
+    elsewhere = make_qc_pool(generation=closed, size=1)  # a closed generation's pool
+    phase_one = make_qc_pool(generation=make_generation(), size=1)  # a phase-1 generation's pool
+    Generation.objects.filter(pk=phase_one[0].generation_id).update(phase=Phase.ONE)
+    done, retired, no_gold, had = pool[1], pool[2], pool[3], pool[4]
+    Task.objects.filter(pk=done.pk).update(status=TaskStatus.DONE)  # still served: QC goes to everyone
+    Task.objects.filter(pk=retired.pk).update(status=TaskStatus.RETIRED)
+    GoldStep.objects.filter(solution_id=no_gold.solution_id).delete()
+    labeler, other = make_labeler(), make_labeler()
+    Assignment.objects.create(task=had, labeler=labeler, status=AssignmentStatus.EXPIRED)  # had, even if lost
+    Assignment.objects.create(task=pool[0], labeler=other, status=AssignmentStatus.EXPIRED)
+    make_task(generation=current)  # normal work is never a QC item
+
+    assert quality_control_unseen_ids(labeler_id=labeler.pk) == sorted([pool[0].pk, done.pk])
+    assert quality_control_unseen_ids(labeler_id=other.pk) == sorted([done.pk, had.pk])
+    assert elsewhere[0].kind == TaskKind.QUALITY_CONTROL and phase_one[0].kind == TaskKind.QUALITY_CONTROL
