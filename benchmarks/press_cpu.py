@@ -2,7 +2,7 @@
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/annotate_prof CACHE_URL=redis://127.0.0.1:6379/9 \\
       DEBUG=false SECRET_KEY=... .venv/bin/python benchmarks/press_cpu.py [--rounds 8] [--presses 200] \\
-      [--profile [--sort tottime] [--lines 60] [--dump FILE]] [--submit | --panel]
+      [--profile [--sort tottime] [--lines 60] [--dump FILE]] [--submit | --panel | --qc-lookup]
 
 Run it on a copy of the benchmark database (``createdb -T annotate_bench_hotpath
 annotate_prof``): it signs up a labeler, takes a task and rates its first step
@@ -15,6 +15,9 @@ then prints a cProfile of the pipelined press on the same clock.
 ``--panel`` measures rendering the task panel of a fresh task (what submit
 + next answers with) and its step rows alone, outside any request
 (``--profile``: then profiles the panel).
+``--qc-lookup`` measures the unseen-QC lookup a hand-out makes on a QC draw
+(10 % of them), ``hotpath.QUALITY_CONTROL_UNSEEN``, alternating with the
+ORM query it replaced (kept here as the reference).
 ``--submit`` measures submit + next instead: each task's steps are rated in
 one batch of presses (not timed), then ``/assignments/<pk>/submit/`` finishes
 it and answers with the next task's panel (timed, and profiled with
@@ -51,6 +54,7 @@ def main() -> None:
     parser.add_argument("--dump", help="also write the profile to this file (pstats format)")
     parser.add_argument("--panel", action="store_true", help="measure rendering the fresh task panel alone")
     parser.add_argument("--submit", action="store_true", help="measure submit + next instead of a key press")
+    parser.add_argument("--qc-lookup", action="store_true", help="measure the unseen-QC lookup against its ORM form")
     args = parser.parse_args()
 
     import django
@@ -90,6 +94,9 @@ def main() -> None:
         return
     if args.panel:
         _panels(assignment, args)
+        return
+    if args.qc_lookup:
+        _qc_lookups(labeler.pk, args)
         return
     for i in range(50):  # warm: connections, caches, the templates
         press(i)
@@ -195,6 +202,45 @@ def _panels(assignment: Any, args: argparse.Namespace) -> None:
             for _ in range(args.presses):
                 panel()
         _report(profile, args)
+
+
+def _qc_lookups(labeler_id: int, args: argparse.Namespace) -> None:
+    from django.db.models import Exists, OuterRef
+
+    from labeling.models import Assignment, GenerationStatus, GoldStep, Phase, Task, TaskKind, TaskStatus
+    from labeling.work.hotpath import quality_control_unseen_ids
+
+    def orm() -> list[int]:
+        # The ORM form the statement replaced (labeling/work/queue.py at 055501f).
+        return list(
+            Task.objects.filter(
+                kind=TaskKind.QUALITY_CONTROL, generation__status=GenerationStatus.OPEN, generation__phase=Phase.TWO
+            )
+            .exclude(status=TaskStatus.RETIRED)
+            .filter(Exists(GoldStep.objects.filter(solution_id=OuterRef("solution_id"))))
+            .exclude(Exists(Assignment.objects.filter(task_id=OuterRef("pk"), labeler_id=labeler_id)))
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        )
+
+    def statement() -> list[int]:
+        return quality_control_unseen_ids(labeler_id=labeler_id)
+
+    if orm() != statement():
+        sys.exit("press_cpu: the statement and its ORM form disagree")
+    cpu: dict[str, list[float]] = {"ORM query": [], "statement": []}
+    for lookup in (orm, statement):
+        for _ in range(50):  # warm: the prepared statement
+            lookup()
+    for _ in range(args.rounds):
+        for name, lookup in (("ORM query", orm), ("statement", statement)):
+            start = time.thread_time()
+            for _ in range(args.presses):
+                lookup()
+            cpu[name].append((time.thread_time() - start) / args.presses * 1000)
+    for name, values in cpu.items():
+        print(f"app CPU per unseen-QC lookup, {name}: median {statistics.median(values):.3f} ms "
+              f"(rounds: {' '.join(f'{v:.2f}' for v in values)})")  # fmt: skip
 
 
 def _report(profile: cProfile.Profile, args: argparse.Namespace) -> None:
