@@ -283,10 +283,11 @@ def test_a_qc_hand_out_reads_its_task_solution_and_problem_in_one_query(django_a
     make_task(generation=a.task.generation)
     monkeypatch.setattr("labeling.work.queue._RNG", _Draw(0.0))
     _rate(client, a, 0, -1, 1, **HX)
-    # As the plain hand-out (at most 16 with the QC draw, above), with the
-    # QC item read with its solution and problem in the place of the
-    # candidate's places: nothing is loaded again to draw its panel.
-    with django_assert_max_num_queries(16) as captured:
+    # As the hand-out with a QC draw (at most 16, above), plus one read of
+    # the drawn QC item with its solution and problem: nothing is loaded
+    # again to draw its panel (before: the item, then its solution and its
+    # problem, lazily, 18).
+    with django_assert_max_num_queries(17) as captured:
         response = client.post(reverse("submit", args=[a.pk]), **HX)
     assert response.status_code == 200
     following = Assignment.objects.get(labeler=a.labeler, status=AssignmentStatus.IN_PROGRESS)
