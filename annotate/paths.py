@@ -44,4 +44,4 @@ def int_path(name: str, *args: int) -> str:
     values = [int(a) for a in args]
     if any(v < 0 for v in values):
         return reverse(name, args=values)  # not what the converters of these URLs accept: let reverse() say so
-    return _path_format(name, len(values), get_script_prefix(), get_urlconf()).format(*values)
+    return int_path_format(name, len(values)).format(*values)
