@@ -27,7 +27,6 @@ from labeling.work.hotpath import (
     assignment_finish_write,
     assignment_locked,
     assignment_locked_with_ratings,
-    task_close_when_complete,
 )
 
 MAX_VERSION = 2_000_000_000  # StepRating.version is a PositiveIntegerField.
@@ -117,16 +116,19 @@ def assignment_lock_row(*, assignment_id: int, user_id: int | None, now: datetim
 
 
 def assignment_lock_row_with_ratings(
-    *, assignment_id: int, user_id: int | None, now: datetime, task_lock: bool, password_hash: str | None = None
-) -> tuple[Assignment, list[RatingRow]]:
+    *, assignment_id: int, user_id: int | None, now: datetime, task_lock: bool, password_hash: str | None = None,
+    with_labeler: bool = False,
+) -> tuple[Assignment, list[RatingRow]]:  # fmt: skip
     """assignment_lock_row and the assignment's stored ratings (rating_rows), in one round trip when pipelined.
 
     ``password_hash``: the owner also has to be active with this password
     hash (a session verified without loading the user, annotate.auth.SessionUser).
+    ``with_labeler``: ``assignment.labeler`` is their whole row, read by the locking read.
     """
     assignment, rows = assignment_locked_with_ratings(
-        assignment_id=assignment_id, user_id=user_id, task_lock=task_lock, password_hash=password_hash
-    )
+        assignment_id=assignment_id, user_id=user_id, task_lock=task_lock, password_hash=password_hash,
+        with_labeler=with_labeler,
+    )  # fmt: skip
     return _writable(assignment, assignment_id=assignment_id, now=now, task_lock=task_lock), rows
 
 
@@ -196,10 +198,10 @@ def assignment_finish(
     assignment.label_steps_json = (
         label_steps_freeze(assignment_id=assignment.pk) if rows is None else _label_steps_json(rows)
     )
+    # With the task closed when it now has all its labelers: the task row is
+    # locked, so two labelers finishing the same multi-labeler task count
+    # each other's submissions correctly.
     assignment_finish_write(assignment)
-    # The task row is locked, so two labelers finishing the same
-    # multi-labeler task count each other's submissions correctly.
-    task_close_when_complete(task_id=assignment.task_id)
 
 
 def _label_steps_json(rows: list[RatingRow]) -> str:

@@ -26,6 +26,7 @@ from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 
 from annotate.postgresql import prepared_cursor, statement_sent
+from labeling.labelers import labeler_from_row, labeler_select
 from labeling.models import (
     Assignment,
     AssignmentStatus,
@@ -57,12 +58,16 @@ ASSIGNMENT_LOCK = """
     SELECT a.id, a.task_id, a.labeler_id, a.status, a.started_at, a.last_activity_at, a.lease_expires_at,
            a.total_time_ms, a.ratings_reset_version, a.version, t.solution_id AS t_solution_id,
            t.generation_id AS t_generation_id, t.kind AS t_kind, t.status AS t_status,
-           t.labelers_needed AS t_labelers_needed, s.problem_id AS s_problem_id, s.steps AS s_steps
+           t.labelers_needed AS t_labelers_needed, s.problem_id AS s_problem_id, s.steps AS s_steps{labeler}
     FROM labeling_assignment a
     JOIN labeling_task t ON t.id = a.task_id
-    JOIN labeling_solution s ON s.id = t.solution_id
+    JOIN labeling_solution s ON s.id = t.solution_id{labeler_join}
     WHERE a.id = %s{owner}{lock}
 """
+# With the labeler's row (every column, as labeling.labelers reads it) for a
+# submit that loaded neither them nor their user: the owner's check found it
+# already. Primary key.
+LABELER_JOIN = " JOIN labeling_labeler l ON l.id = a.labeler_id"
 
 OWNER = " AND a.labeler_id = (SELECT id FROM labeling_labeler WHERE user_id = %s)"
 # The owner, as a session verified them (annotate.auth.SessionUser): still
@@ -209,8 +214,9 @@ def assignment_locked(*, assignment_id: int, user_id: int | None, task_lock: boo
 
 
 def assignment_locked_with_ratings(
-    *, assignment_id: int, user_id: int | None, task_lock: bool, password_hash: str | None = None
-) -> tuple[Assignment | None, list[RatingRow]]:
+    *, assignment_id: int, user_id: int | None, task_lock: bool, password_hash: str | None = None,
+    with_labeler: bool = False,
+) -> tuple[Assignment | None, list[RatingRow]]:  # fmt: skip
     """assignment_locked and then its rating_rows, both sent before either answer is read.
 
     Inside ``pipelined()`` the two (three with the task lock) cost one round
@@ -218,15 +224,19 @@ def assignment_locked_with_ratings(
     nothing (not the owner's), they are read and thrown away.
     ``password_hash``: the owner also has to be active with this password
     hash (OWNER_VERIFIED), for a caller that did not load the user.
+    ``with_labeler``: ``assignment.labeler`` is their whole row, read by the
+    same statement (LABELER_JOIN).
     """
     return _assignment_locked(
-        assignment_id=assignment_id, user_id=user_id, task_lock=task_lock, ratings=True, password_hash=password_hash
-    )
+        assignment_id=assignment_id, user_id=user_id, task_lock=task_lock, ratings=True, password_hash=password_hash,
+        with_labeler=with_labeler,
+    )  # fmt: skip
 
 
 def _assignment_locked(
-    *, assignment_id: int, user_id: int | None, task_lock: bool, ratings: bool, password_hash: str | None = None
-) -> tuple[Assignment | None, list[RatingRow]]:
+    *, assignment_id: int, user_id: int | None, task_lock: bool, ratings: bool, password_hash: str | None = None,
+    with_labeler: bool = False,
+) -> tuple[Assignment | None, list[RatingRow]]:  # fmt: skip
     params: list[Any] = [assignment_id]
     owner = ""
     if user_id is not None and password_hash is not None:
@@ -239,15 +249,23 @@ def _assignment_locked(
     with _cursor() as cursor, _cursor() as ratings_cursor:
         if task_lock and connection.features.has_select_for_update:
             cursor.execute(TASK_LOCK.format(owner=owner), params)
-        cursor.execute(ASSIGNMENT_LOCK.format(owner=owner, lock=lock), params)
+        labeler_columns = labeler_select(alias="l", prefix="l_") if with_labeler else ""
+        cursor.execute(
+            ASSIGNMENT_LOCK.format(owner=owner, lock=lock, labeler=labeler_columns and f", {labeler_columns}",
+                                   labeler_join=LABELER_JOIN if with_labeler else ""),
+            params,
+        )  # fmt: skip
         if ratings:
             ratings_cursor.execute(RATINGS_OF_ASSIGNMENT, [assignment_id])
         row = cursor.fetchone()
         rows = _rating_rows(ratings_cursor.fetchall()) if ratings else []
         if row is None:
             return None, []
-        values = _named(cursor, ASSIGNMENT_LOCK, row)
-    assignment = _partial(Assignment, {k: v for k, v in values.items() if not k.startswith(("t_", "s_"))})
+        labeler = labeler_from_row(row[-len(Labeler._meta.concrete_fields) :]) if with_labeler else None
+        values = _named(cursor, ASSIGNMENT_LOCK + LABELER_JOIN if with_labeler else ASSIGNMENT_LOCK, row)
+    assignment = _partial(Assignment, {k: v for k, v in values.items() if not k.startswith(("t_", "s_", "l_"))})
+    if labeler is not None:
+        assignment.labeler = labeler
     for name in ("started_at", "last_activity_at", "lease_expires_at"):
         setattr(assignment, name, _aware(getattr(assignment, name)))
     steps = values["s_steps"]
@@ -707,32 +725,50 @@ ASSIGNMENT_FINISH = """
     WHERE id = %s
 """
 
-
-def assignment_finish_write(assignment: Assignment) -> None:
-    adapt = connection.ops.adapt_datetimefield_value
-    with _cursor() as cursor:
-        cursor.execute(
-            ASSIGNMENT_FINISH,
-            [assignment.total_time_ms, adapt(assignment.last_activity_at), assignment.status,
-             adapt(assignment.submitted_at), assignment.finish_reason, assignment.finish_reason_text,
-             assignment.label_steps_json, assignment.version, assignment.pk],
-        )  # fmt: skip
-
-
 # A submit closes its task once it has all its labelers. Under the task row
 # lock (taken by the submit), so two labelers finishing one multi-labeler
-# task count each other's submissions. Primary key; the count rides
-# assignment_one_per_task_and_labeler.
+# task count each other's submissions. The finished assignment is counted by
+# hand ({this}), the others as stored: in FINISH_AND_CLOSE the finish is in
+# the same statement, whose own update the count would not see. Primary key;
+# the count rides assignment_one_per_task_and_labeler.
 TASK_CLOSE_WHEN_COMPLETE = """
     UPDATE labeling_task SET status = %s
-    WHERE id = %s AND status = %s
-      AND labelers_needed <= (SELECT COUNT(*) FROM labeling_assignment a
-                              WHERE a.task_id = labeling_task.id AND a.status = %s)
+    WHERE id = {task} AND status = %s
+      AND labelers_needed <= {this}(SELECT COUNT(*) FROM labeling_assignment a
+                              WHERE a.task_id = labeling_task.id AND a.status = %s{other})
 """
 
+# Both in one statement (PostgreSQL: a data-modifying WITH clause, which
+# SQLite lacks; there they run one after the other). The close reads the task
+# id from the finish, so a finish that matched nothing closes nothing.
+FINISH_AND_CLOSE = compact(
+    f"""
+    WITH finished AS ({ASSIGNMENT_FINISH} RETURNING task_id)
+    {TASK_CLOSE_WHEN_COMPLETE.format(task="(SELECT task_id FROM finished)", this="1 + ", other=" AND a.id <> %s")}
+"""
+)
+TASK_CLOSE_WHEN_COMPLETE = TASK_CLOSE_WHEN_COMPLETE.format(task="%s", this="", other="")
 
-def task_close_when_complete(*, task_id: int) -> None:
+
+def assignment_finish_write(assignment: Assignment) -> None:
+    """ASSIGNMENT_FINISH, then TASK_CLOSE_WHEN_COMPLETE for its task: one statement on PostgreSQL, two elsewhere.
+
+    The assignment was in progress (the caller checked it under its lock), so
+    it is not among the stored submissions the close counts.
+    """
+    adapt = connection.ops.adapt_datetimefield_value
+    finish = [assignment.total_time_ms, adapt(assignment.last_activity_at), assignment.status,
+              adapt(assignment.submitted_at), assignment.finish_reason, assignment.finish_reason_text,
+              assignment.label_steps_json, assignment.version, assignment.pk]  # fmt: skip
     with _cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                FINISH_AND_CLOSE,
+                [*finish, TaskStatus.DONE, TaskStatus.OPEN, AssignmentStatus.SUBMITTED, assignment.pk],
+            )
+            return
+        cursor.execute(ASSIGNMENT_FINISH, finish)
         cursor.execute(
-            TASK_CLOSE_WHEN_COMPLETE, [TaskStatus.DONE, task_id, TaskStatus.OPEN, AssignmentStatus.SUBMITTED]
+            TASK_CLOSE_WHEN_COMPLETE,
+            [TaskStatus.DONE, assignment.task_id, TaskStatus.OPEN, AssignmentStatus.SUBMITTED],
         )

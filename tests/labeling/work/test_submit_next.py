@@ -126,6 +126,33 @@ def test_a_caller_that_loaded_no_labeler_gets_the_same_hand_out_with_the_user_ch
     assert handout.reason == FinishReason.FOUND_ERROR
     assert handout.labeler.pk == labeler.pk and handout.labeler.status == LabelerStatus.ACTIVE
     assert handout.following is not None and handout.following.task_id == second_task.pk
+    # The labeler read by the locking read is their whole row, every field as the ORM reads it.
+    stored = Labeler.objects.get(pk=labeler.pk)
+    for field in Labeler._meta.concrete_fields:
+        assert getattr(handout.labeler, field.attname) == getattr(stored, field.attname), field.name
+    assert not handout.labeler.get_deferred_fields()
+
+
+def test_a_task_for_two_labelers_closes_at_the_second_submission_and_not_before():
+    t0 = timezone.now()
+    generation = make_generation()
+    shared = make_task(generation=generation, labelers_needed=2)
+    make_task(generation=generation, priority=-1)  # what each is handed next
+    make_task(generation=generation, priority=-2)
+    submitted = []
+    for n, labeler in enumerate((make_labeler(), make_labeler())):
+        a = assignment_next(labeler=labeler, now=t0)
+        assert a is not None and a.task_id == shared.pk
+        _rate_error_at_first_step(a, t0 + timedelta(seconds=1))
+        user = labeler.user
+        assignment_submit_and_next(assignment_id=a.pk, user_id=user.pk, labeler=None, password_hash=user.password,
+                                   now=t0 + timedelta(seconds=2))  # fmt: skip
+        submitted.append(a.pk)
+        shared.refresh_from_db()
+        assert shared.status == (TaskStatus.DONE if n == 1 else TaskStatus.OPEN)
+    assert set(Assignment.objects.filter(task=shared).values_list("pk", "status")) == {
+        (pk, AssignmentStatus.SUBMITTED) for pk in submitted
+    }
 
 
 def test_a_deactivated_user_without_a_loaded_labeler_submits_nothing():
