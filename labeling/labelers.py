@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -47,47 +47,67 @@ def labeler_for_user(*, user: AbstractBaseUser) -> Labeler:
 LABELER_OF_USER = "SELECT {columns} FROM labeling_labeler WHERE user_id = %s"
 
 
+def labeler_select(*, alias: str = "", prefix: str = "") -> str:
+    """Every column of the labeler row, in labeler_from_row's order, for a statement that reads it beside others.
+
+    ``alias``: the table's alias in that statement; ``prefix``: put before
+    each column's name in the answer.
+    """
+    return _labeler_columns(connection.vendor, alias, prefix)
+
+
+def labeler_from_row(values: Sequence[Any]) -> Labeler:
+    """The Labeler of a row's labeler_select columns, converted as the ORM converts them.
+
+    SQLite hands back datetimes as text and UUIDs as hex.
+    """
+    columns, converters = _labeler_converters(connection.vendor)
+    converted = []
+    for value, (col, convert) in zip(values, converters, strict=True):
+        for converter in convert:
+            value = converter(value, col, connection)
+        converted.append(value)
+    return Labeler.from_db(connection.alias, columns, converted)
+
+
 @functools.cache
-def _labeler_read(vendor: str) -> tuple[str, list[str], list[tuple[Any, list[Any]]]]:
-    # The statement, its columns, and each column's converters as the ORM
-    # applies them (SQLite hands back datetimes as text and UUIDs as hex);
-    # per backend vendor, built once.
+def _labeler_columns(vendor: str, alias: str, prefix: str) -> str:
+    # Per backend vendor and use, built once.
+    table = f"{connection.ops.quote_name(alias)}." if alias else ""
+    return ", ".join(
+        f"{table}{connection.ops.quote_name(f.column)}" + (f" AS {prefix}{f.column}" if prefix else "")
+        for f in Labeler._meta.concrete_fields
+    )
+
+
+@functools.cache
+def _labeler_converters(vendor: str) -> tuple[list[str], list[tuple[Any, list[Any]]]]:
+    # Each column's converters as the ORM applies them; per backend vendor, built once.
     fields = Labeler._meta.concrete_fields
-    columns = [f.attname for f in fields]
-    sql = LABELER_OF_USER.format(columns=", ".join(connection.ops.quote_name(f.column) for f in fields))
     converters = []
     for field in fields:
         col = field.get_col(Labeler._meta.db_table)
         converters.append((col, connection.ops.get_db_converters(col) + col.get_db_converters(connection)))
-    return sql, columns, converters
-
-
-def _labeler_of_user(user_id: Any) -> Labeler | None:
-    return labeler_of_user_sent(user_id=user_id)()
+    return [f.attname for f in fields], converters
 
 
 def labeler_of_user_sent(*, user_id: Any) -> Callable[[], Labeler | None]:
     """The labeler row of a user, sent now; the function returned reads it (None: no row), once.
 
     Inside labeling.work.hotpath.pipelined() it travels with the statements
-    sent after it (annotate.postgresql.statement_sent): submit + next reads it
-    with the submit's locks, in their round trip.
+    sent after it (annotate.postgresql.statement_sent).
     """
-    sql, columns, converters = _labeler_read(connection.vendor)
 
     def read(cursor: Any) -> Labeler | None:
         row = cursor.fetchone()
-        if row is None:
-            return None
-        values = []
-        for value, (col, convert) in zip(row, converters, strict=True):
-            for converter in convert:
-                value = converter(value, col, connection)
-            values.append(value)
-        return Labeler.from_db(connection.alias, columns, values)
+        return None if row is None else labeler_from_row(row)
 
     # Prepared on PostgreSQL (annotate.postgresql): by the unique user id, one plan for everyone.
-    return statement_sent(connection, sql, [user_id], read)
+    return statement_sent(connection, LABELER_OF_USER.format(columns=labeler_select()), [user_id], read)
+
+
+def _labeler_of_user(user_id: Any) -> Labeler | None:
+    return labeler_of_user_sent(user_id=user_id)()
 
 
 def labeler_peek(*, user: AbstractBaseUser) -> Labeler:

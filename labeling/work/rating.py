@@ -29,7 +29,6 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from labeling.labelers import labeler_of_user_sent
 from labeling.models import (
     Assignment,
     FinishReason,
@@ -464,17 +463,20 @@ class _Submitted:
     reason: FinishReason | None  # None: not finished (nothing submitted)
     attach: Attach
     stopped_at_error: bool
+    labeler: Labeler | None = None  # read with the locks, when asked for
 
 
 def _submit_locked(
-    *, assignment_id: int, user_id: int | None, version: int | None, now: datetime, password_hash: str | None = None
-) -> _Submitted:
+    *, assignment_id: int, user_id: int | None, version: int | None, now: datetime, password_hash: str | None = None,
+    with_labeler: bool = False,
+) -> _Submitted:  # fmt: skip
     # Inside the caller's transaction: lock, read, attach or finish. Not
     # finished is not an exception here, so that alternatives just attached
     # are committed before the caller refuses the submit.
     locked, rows = assignment_lock_row_with_ratings(
-        assignment_id=assignment_id, user_id=user_id, now=now, task_lock=True, password_hash=password_hash
-    )
+        assignment_id=assignment_id, user_id=user_id, now=now, task_lock=True, password_hash=password_hash,
+        with_labeler=with_labeler,
+    )  # fmt: skip
     if version is not None and version != locked.version:
         raise TaskChanged("This task changed in another tab. Here is what is stored: check it, then submit.")
     if is_phase_one(locked):
@@ -488,7 +490,8 @@ def _submit_locked(
     reason = progress.ready_reason if attach == Attach.NOTHING else None
     if reason is not None:
         assignment_finish(locked, reason=reason, text="", now=now, rows=rows)
-    return _Submitted(reason=reason, attach=attach, stopped_at_error=progress.stopped_at_error)
+    return _Submitted(reason=reason, attach=attach, stopped_at_error=progress.stopped_at_error,
+                      labeler=locked.labeler if with_labeler else None)  # fmt: skip
 
 
 def _finished(submitted: _Submitted) -> FinishReason:
@@ -547,8 +550,8 @@ def assignment_submit_and_next(
 
     ``labeler``: the signed-in labeler, or None for a caller that loaded
     neither them nor their user (annotate.auth.SessionUser): the labeler row
-    is then read with the submit's locks, in their round trip, and the owner's
-    check takes ``password_hash`` (the user still active, with that hash).
+    is then read by the submit's locking read itself, and the owner's check
+    takes ``password_hash`` (the user still active, with that hash).
     """
     if labeler is None and (user_id is None or password_hash is None):
         raise ValueError("without a labeler, the signed-in user's id and password hash")
@@ -557,12 +560,12 @@ def assignment_submit_and_next(
         try:
             # Pipelined: the submit's writes travel with the hand-out's first read.
             with transaction.atomic(), pipelined():
-                read_labeler = labeler_of_user_sent(user_id=user_id) if labeler is None else None
                 submitted = _submit_locked(
-                    assignment_id=assignment_id, user_id=user_id, version=version, now=now, password_hash=password_hash
-                )
-                found = read_labeler() if read_labeler is not None else labeler
-                assert found is not None  # the owner's check found their assignment, so they have a row
+                    assignment_id=assignment_id, user_id=user_id, version=version, now=now,
+                    password_hash=password_hash, with_labeler=labeler is None,
+                )  # fmt: skip
+                found = labeler or submitted.labeler
+                assert found is not None  # read with the owner's check, which found their assignment
                 working: Labeler = found
                 following = (
                     assignment_next_in_transaction(labeler=working, now=now) if submitted.reason is not None else None

@@ -144,13 +144,16 @@ def test_a_submit_and_the_next_hand_out_ride_the_hand_outs_reads(monkeypatch):
     monkeypatch.undo()
     assert handout.reason == FinishReason.FOUND_ERROR
     assert handout.following is not None and handout.following.task_id == following_task.pk
-    # BEGIN; both locks with the ratings; the submit's writes (its row with
-    # the frozen label, the task closed) with the labeler's lock, the QC
-    # window and the open generations; the candidate; its places; the new
-    # lease; the pipeline's closing sync; COMMIT. Each read needs the answer
-    # before it, so these are the exchanges left. Without the pipeline: 13.
+    # BEGIN; both locks with the ratings; the submit's write (its row with
+    # the frozen label and the task closed, one statement) with the labeler's
+    # lock, the QC window and the open generations; the candidate; its
+    # places; the new lease; the pipeline's closing sync; COMMIT. Each read
+    # needs the answer before it, so these are the exchanges left. Without
+    # the pipeline: 12.
     sent = [q["sql"] for q in statements.captured_queries]
-    assert (sent[0], sent[-1], len(sent)) == ("BEGIN", "COMMIT", 13)
+    assert (sent[0], sent[-1], len(sent)) == ("BEGIN", "COMMIT", 12)
+    finish = next(i for i, sql in enumerate(sent) if "WITH finished AS" in sql)
+    assert "UPDATE labeling_task" in sent[finish] and "FOR NO KEY UPDATE OF l" in sent[finish + 1]
     lock = next(i for i, sql in enumerate(sent) if "FOR NO KEY UPDATE OF l" in sql)
     assert "t.kind = " in sent[lock + 1] and "LIMIT" in sent[lock + 1]  # the QC window, behind the lock
     assert "FROM labeling_generation" in sent[lock + 2]
@@ -175,7 +178,9 @@ def test_a_submit_that_loaded_no_labeler_reads_it_with_the_locks_in_their_round_
     monkeypatch.undo()
     assert handout.following is not None
     sent = [q["sql"] for q in statements.captured_queries]
-    # The labeler row, first: one statement more than with a loaded labeler,
-    # and no round trip more (8, as above).
-    assert "FROM labeling_labeler WHERE user_id" in sent[1] and len(sent) == 14
+    # The labeler row is read by the assignment's locking read: no statement
+    # and no round trip more than with a loaded labeler (12 and 8, as above).
+    assert not any("WHERE user_id" in sql for sql in sent) and len(sent) == 12
+    assert "JOIN labeling_labeler l ON l.id = a.labeler_id" in sent[2] and "FOR UPDATE OF a" in sent[2]
     assert trips.count == 8
+    assert handout.labeler.pk == a.labeler.pk and handout.labeler.uuid == a.labeler.uuid
