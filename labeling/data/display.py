@@ -14,7 +14,7 @@ from __future__ import annotations
 import unicodedata
 from html import escape
 
-from django.utils.safestring import SafeString, mark_safe
+from django.utils.safestring import SafeString
 
 # Whitespace a text may carry as it is; every other control (Cc) or format
 # (Cf) character, and the line and paragraph separators, is shown.
@@ -40,7 +40,7 @@ def visible_controls(text: str) -> SafeString:
     # Runs of plain text are escaped whole: escaping character by character
     # was most of the task panel's rendering time.
     if not _has_hidden(text):
-        return mark_safe(escape(text))  # the standard library escape Django's calls, without its lazy-string wrapper
+        return SafeString(escape(text))  # the standard library escape Django's calls, without its lazy-string wrapper
     out: list[str] = []
     start = 0
     for i, ch in enumerate(text):
@@ -53,9 +53,9 @@ def visible_controls(text: str) -> SafeString:
             start = i + 1
     if start < len(text):
         out.append(escape(text[start:]))
-    return mark_safe("".join(out))  # every piece above is escaped
+    return SafeString("".join(out))  # every piece above is escaped
 
 
 def isolated(text: str | None) -> SafeString:
     """``text`` as HTML inside ``<bdi>``, with hidden characters visible (visible_controls)."""
-    return mark_safe(f"<bdi>{visible_controls(text or '')}</bdi>")  # escaped by visible_controls
+    return SafeString(f"<bdi>{visible_controls(text or '')}</bdi>")  # escaped by visible_controls

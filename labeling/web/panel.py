@@ -14,7 +14,8 @@ Every value put into the markup is an int, a constant, escaped here, or the
 output of isolated() (escaped, in its own ``<bdi>``). Escaped with the
 standard library's html.escape, which is what Django's escape() calls, less
 its wrapper for lazy strings (none reach here): a panel escapes dozens of
-values.
+values. Marked safe as SafeString itself, which is what mark_safe() returns
+for a str, less the same wrapper.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from __future__ import annotations
 from html import escape
 
 from django.forms import Form
-from django.utils.safestring import SafeString, mark_safe
+from django.utils.safestring import SafeString
 
 from annotate.paths import int_path, int_path_format
 from labeling.data.display import isolated
@@ -77,7 +78,7 @@ def completion_html(
     token_line = f"  {token}\n" if token else ""
     rating_class = _RATING_CLASS.get(c.rating, "") if c.rating is not None else ""
     number = f'<span class="alt-n">{c.completion_index}.</span> ' if c.completion_index else ""
-    return mark_safe(  # see the module's docstring
+    return SafeString(  # see the module's docstring
         f'<form class="completion{" alt" if c.completion_index else ""}{rating_class}'
         f'{" current" if c.is_current else ""}"\n'
         f'      id="c-{c.step_index}-{c.completion_index}" method="post"\n'
@@ -110,7 +111,7 @@ def step_row_html(row: StepRow, *, screen: TaskScreen, csrf_token: str, rate_for
             f'\n  <div class="alternatives">\n    <p class="alt-title">Other candidates for step {row.number}:'
             f" rate each one as if it stood in place of this step.</p>\n    {forms}\n  </div>"
         )
-    return mark_safe(  # see the module's docstring
+    return SafeString(  # see the module's docstring
         f'\n<li class="step{" is-error" if row.is_error else ""}" id="step-{row.index}">'
         f"\n  {own}{alternatives}\n</li>\n"
     )
@@ -118,7 +119,7 @@ def step_row_html(row: StepRow, *, screen: TaskScreen, csrf_token: str, rate_for
 
 def step_rows_html(rows: list[StepRow], *, screen: TaskScreen, csrf_token: str) -> SafeString:
     rate_format = int_path_format("rate", 3)
-    return mark_safe(  # see the module's docstring
+    return SafeString(  # see the module's docstring
         "".join(step_row_html(row, screen=screen, csrf_token=csrf_token, rate_format=rate_format) for row in rows)
     )
 
@@ -131,7 +132,7 @@ def task_state_html(screen: TaskScreen, *, oob: bool = False) -> SafeString:
     update (a response dropped as stale) and reload the panel.
     """
     pk = screen.assignment.pk
-    return mark_safe(  # see the module's docstring
+    return SafeString(  # see the module's docstring
         f'<div id="task-state" hidden data-version="{screen.version}" data-presses="{int_path("presses", pk)}"'
         f' data-open="{"1" if screen.is_open else "0"}" data-current="{screen.current_key if screen.is_open else ""}"'
         f' data-steps="{len(screen.rows)}" data-completions="{screen.completion_count}"{_OOB if oob else ""}></div>'
@@ -167,8 +168,8 @@ def finish_box_html(
     elif finish.progress.stopped_at_error:
         inner = f'<p class="hint">Rate each candidate for step {step}, then submit.</p>'
     else:
-        return mark_safe(f'<div id="finish-box"{_OOB if oob else ""}></div>')  # labeling goes on: nothing to show
-    return mark_safe(f'<div id="finish-box"{_OOB if oob else ""}>\n{inner}\n</div>')  # see the module's docstring
+        return SafeString(f'<div id="finish-box"{_OOB if oob else ""}></div>')  # labeling goes on: nothing to show
+    return SafeString(f'<div id="finish-box"{_OOB if oob else ""}>\n{inner}\n</div>')  # see the module's docstring
 
 
 def _reason_box(
@@ -220,7 +221,7 @@ def task_footer_html(
         why='What is wrong with the problem? (for example: "the expected answer is wrong", "the problem is ambiguous")',
         button="Report and get the next task",
     )  # fmt: skip
-    return mark_safe(  # see the module's docstring
+    return SafeString(  # see the module's docstring
         '<div class="keys" aria-label="Keyboard shortcuts">\n'
         "  <span><kbd>1</kbd> bad</span><span><kbd>2</kbd> okay</span><span><kbd>3</kbd> good</span>\n"
         "  <span><kbd>F</kbd> unsure</span><span><kbd>↑</kbd>/<kbd>K</kbd> previous</span>"
@@ -264,7 +265,7 @@ def task_panel_html(
     home = int_path("home")
     if screen is None:
         saved = '  <p class="saved-note">Saved.</p>\n' if finished else ""
-        return mark_safe(  # see the module's docstring
+        return SafeString(  # see the module's docstring
             '<section id="task" class="task empty card">\n'
             f"{saved}"
             "  <p>No more tasks are waiting for you right now. Thank you! Please check back later.</p>\n"
@@ -297,7 +298,7 @@ def task_panel_html(
             f' and can no longer be changed.\n  <a href="{home}">Back to the start page</a></p>\n'
         )
     saved = '<p class="saved-note">Saved. Here is your next task.</p>\n' if finished else ""
-    return mark_safe(  # see the module's docstring
+    return SafeString(  # see the module's docstring
         f'<section id="task" class="task" data-assignment="{a.pk}">\n'
         f"{task_state_html(screen)}\n"
         f"{saved}"
