@@ -128,9 +128,10 @@ def build(args: argparse.Namespace, env: dict[str, str]) -> None:
                 SELECT g.id, s.id, 'normal', false, 0, random(), 1, '', 'done', now()
                 FROM labeling_solution s, labeling_generation g WHERE g.number = {HISTORY_GENERATION}""",
             f"""INSERT INTO labeling_assignment (task_id, labeler_id, status, started_at, last_activity_at,
-                submitted_at, total_time_ms, finish_reason, finish_reason_text, ratings_reset_version, version)
+                submitted_at, total_time_ms, finish_reason, finish_reason_text, ratings_reset_version, version,
+                task_kind)
                 SELECT t.id, (SELECT min(id) FROM labeling_labeler) + (t.id % 100), 'submitted', now(), now(), now(),
-                       60000, 'solution', '', 0, 11
+                       60000, 'solution', '', 0, 11, 'normal'
                 FROM labeling_task t JOIN labeling_generation g ON g.id = t.generation_id
                 WHERE g.number = {HISTORY_GENERATION}""",
             f"""INSERT INTO labeling_labeledstep (assignment_id, index, chosen_completion)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -350,6 +351,12 @@ class Assignment(models.Model):
     # every key press carries the version it was aimed at: a press is applied
     # only to the state the labeler saw (labeling.work.rating.presses_apply).
     version = models.PositiveIntegerField(default=0)
+    # The task's kind (a task's kind never changes), copied here when the
+    # assignment is made: every hand-out reads the labeler's rolling QC window
+    # (labeling.quality.control), and assignment_qc_window_idx finds its items
+    # among the labeler's own rows, newest first, without reading every
+    # assignment they ever had. Set from the task on the first save when not given.
+    task_kind = models.CharField(max_length=20, choices=TaskKind.choices, editable=False)
 
     class Meta:
         ordering = ["id"]
@@ -382,10 +389,28 @@ class Assignment(models.Model):
                 condition=Q(status=AssignmentStatus.IN_PROGRESS),
                 name="assignment_live_lease_idx",
             ),
+            # A labeler's rolling QC window (labeling.quality.control.ROLLING_WINDOW_IDS):
+            # their finished QC items, newest first.
+            models.Index(
+                fields=["labeler", "-started_at", "-id"],
+                condition=Q(
+                    task_kind=TaskKind.QUALITY_CONTROL,
+                    status__in=[AssignmentStatus.SUBMITTED, AssignmentStatus.EXPIRED],
+                ),
+                name="assignment_qc_window_idx",
+            ),
         ]
 
     def __str__(self) -> str:
         return f"assignment {self.pk}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self.task_kind:
+            task = self._state.fields_cache.get("task")
+            self.task_kind = (
+                task.kind if task is not None else Task.objects.values_list("kind", flat=True).get(pk=self.task_id)
+            )
+        super().save(*args, **kwargs)
 
 
 class LabeledStep(models.Model):

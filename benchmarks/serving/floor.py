@@ -99,8 +99,8 @@ FINISH = f"""
 LEASE = """
     WITH n AS (
         INSERT INTO labeling_assignment (task_id, labeler_id, status, started_at, last_activity_at, lease_expires_at,
-            total_time_ms, finish_reason_text, ratings_reset_version, version)
-        VALUES (%(task)s, %(labeler)s, 'in_progress', %(now)s, %(now)s, %(lease)s, 0, '', 0, 0)
+            total_time_ms, finish_reason_text, ratings_reset_version, version, task_kind)
+        VALUES (%(task)s, %(labeler)s, 'in_progress', %(now)s, %(now)s, %(lease)s, 0, '', 0, 0, 'normal')
         RETURNING id, task_id, version
     )
     SELECT n.id, s.steps, p.problem, n.version FROM n JOIN labeling_task t ON t.id = n.task_id

@@ -623,6 +623,7 @@ def _demo_labeled_work(
         assignments.append(
             Assignment(
                 task_id=task_ids[by_conversation[key]],
+                task_kind=TaskKind.NORMAL,
                 labeler=annotator,
                 status=AssignmentStatus.SUBMITTED,
                 started_at=now,

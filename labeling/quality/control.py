@@ -278,12 +278,17 @@ def labeler_rolling_quality(*, labeler: Labeler) -> AgreementSummary:
 # The rolling window: the labeler's last finished QC items (newest first)
 # since their status last changed. Written out rather than built by the ORM
 # because every hand-out reads it (labeler_quality_enforce), and building
-# the query cost ten times what running it does (docs/benchmarks.md). Served
-# by assignment_labeler_status_idx (labeler, status); a labeler's QC history
-# is small (tens of rows per generation).
-ROLLING_WINDOW_IDS = """
-    SELECT a.id FROM labeling_assignment a JOIN labeling_task t ON t.id = a.task_id
-    WHERE a.labeler_id = %s AND a.status IN (%s, %s) AND t.kind = %s{since}
+# the query cost ten times what running it does (docs/benchmarks.md).
+# Served by assignment_qc_window_idx (labeler, -started_at, -id; partial:
+# finished QC items), an index scan that stops after QC_WINDOW rows. Its
+# conditions are written into the statement, not passed, so that the planner
+# matches that partial index also in the prepared statement's generic plan:
+# joined to the task for its kind, the window read every assignment the
+# labeler ever had (docs/benchmarks.md). Constants of ours, not request values.
+ROLLING_WINDOW_IDS = f"""
+    SELECT a.id FROM labeling_assignment a
+    WHERE a.labeler_id = %s AND a.task_kind = '{TaskKind.QUALITY_CONTROL.value}'
+      AND a.status IN ('{AssignmentStatus.SUBMITTED.value}', '{AssignmentStatus.EXPIRED.value}'){{since}}
     ORDER BY a.started_at DESC, a.id DESC
     LIMIT %s
 """
@@ -299,7 +304,7 @@ def rolling_window_sent(*, labeler: Labeler) -> Callable[[], list[int]]:
     Sent inside labeling.work.hotpath.pipelined(), it travels to PostgreSQL
     with the statements around it (annotate.postgresql.statement_sent).
     """
-    params: list[Any] = [labeler.pk, *_FINISHED, TaskKind.QUALITY_CONTROL]
+    params: list[Any] = [labeler.pk]
     since = ""
     if labeler.status_changed_at is not None:
         since = " AND a.started_at > %s"

@@ -624,12 +624,22 @@ def task_places(*, task_id: int, labeler_id: int, now: datetime) -> Places:
     return Places(task=task, live=int(values["live"]), mine=int(values["mine"]), lapsed=int(values["lapsed"]))
 
 
+# The in-progress status written into a statement rather than passed: the
+# planner matches a partial index (assignment_one_in_progress_per_labeler,
+# assignment_qc_window_idx) only to a condition it can read, also in the
+# generic plan of a prepared statement. With a parameter, that plan read every
+# assignment the labeler ever had (docs/benchmarks.md). A constant of ours,
+# not a value from a request.
+IN_PROGRESS = f"'{AssignmentStatus.IN_PROGRESS.value}'"
+assert AssignmentStatus.IN_PROGRESS.value.isidentifier()
+
 # The labeler's own row, locked, with their in-progress assignment if they
 # have one (assignment_one_in_progress_per_labeler: at most one) and its task:
 # what a hand-out reads first, in one statement. NO KEY: inserting their new
 # assignment (a foreign key to this row) must not wait on it. Primary key,
-# then assignment_labeler_status_idx (labeler, status).
-LABELER_LOCK = """
+# then assignment_one_in_progress_per_labeler (partial: in progress), one
+# probe however many assignments the labeler had.
+LABELER_LOCK = f"""
     SELECT l.status, l.status_reason, l.status_changed_at,
            a.id AS a_id, a.task_id AS a_task_id, a.status AS a_status, a.started_at AS a_started_at,
            a.last_activity_at AS a_last_activity_at, a.lease_expires_at AS a_lease_expires_at,
@@ -638,9 +648,9 @@ LABELER_LOCK = """
            t.generation_id AS t_generation_id, t.solution_id AS t_solution_id, t.kind AS t_kind,
            t.status AS t_status, t.labelers_needed AS t_labelers_needed
     FROM labeling_labeler l
-    LEFT JOIN labeling_assignment a ON a.labeler_id = l.id AND a.status = %s
+    LEFT JOIN labeling_assignment a ON a.labeler_id = l.id AND a.status = {IN_PROGRESS}
     LEFT JOIN labeling_task t ON t.id = a.task_id
-    WHERE l.id = %s{lock}
+    WHERE l.id = %s{{lock}}
 """
 
 
@@ -659,7 +669,7 @@ def labeler_lock_sent(*, labeler_id: int) -> Callable[[], LabelerLocked | None]:
     their own.
     """
     lock = " FOR NO KEY UPDATE OF l" if connection.features.has_select_for_update_of else ""
-    return statement_sent(connection, LABELER_LOCK.format(lock=lock), [AssignmentStatus.IN_PROGRESS, labeler_id],
+    return statement_sent(connection, LABELER_LOCK.format(lock=lock), [labeler_id],
                  lambda cursor: _labeler_row(cursor, labeler_id))  # fmt: skip
 
 
@@ -692,8 +702,8 @@ def _labeler_row(cursor: CursorWrapper, labeler_id: int) -> LabelerLocked | None
 ASSIGNMENT_LEASE = """
     INSERT INTO labeling_assignment (task_id, labeler_id, status, started_at, last_activity_at, lease_expires_at,
         submitted_at, total_time_ms, finish_reason, finish_reason_text, label_steps_json, ratings_reset_version,
-        version)
-    VALUES (%s, %s, %s, %s, %s, %s, NULL, 0, NULL, '', NULL, 0, 0) RETURNING id
+        version, task_kind)
+    VALUES (%s, %s, %s, %s, %s, %s, NULL, 0, NULL, '', NULL, 0, 0, %s) RETURNING id
 """
 
 
@@ -703,12 +713,13 @@ def assignment_lease(*, task: Task, labeler: Labeler, now: datetime, lease_expir
     with _cursor() as cursor:
         cursor.execute(
             ASSIGNMENT_LEASE,
-            [task.pk, labeler.pk, AssignmentStatus.IN_PROGRESS, adapt(now), adapt(now), adapt(lease_expires_at)],
-        )
+            [task.pk, labeler.pk, AssignmentStatus.IN_PROGRESS, adapt(now), adapt(now), adapt(lease_expires_at),
+             task.kind],
+        )  # fmt: skip
         pk = int(cursor.fetchone()[0])
     assignment = Assignment(
         id=pk, task=task, labeler=labeler, status=AssignmentStatus.IN_PROGRESS, started_at=now,
-        last_activity_at=now, lease_expires_at=lease_expires_at, total_time_ms=0,
+        last_activity_at=now, lease_expires_at=lease_expires_at, total_time_ms=0, task_kind=task.kind,
     )  # fmt: skip
     assignment._state.adding = False
     assignment._state.db = connection.alias

@@ -155,7 +155,7 @@ def test_a_submit_and_the_next_hand_out_ride_the_hand_outs_reads(monkeypatch):
     finish = next(i for i, sql in enumerate(sent) if "WITH finished AS" in sql)
     assert "UPDATE labeling_task" in sent[finish] and "FOR NO KEY UPDATE OF l" in sent[finish + 1]
     lock = next(i for i, sql in enumerate(sent) if "FOR NO KEY UPDATE OF l" in sql)
-    assert "t.kind = " in sent[lock + 1] and "LIMIT" in sent[lock + 1]  # the QC window, behind the lock
+    assert "a.task_kind = " in sent[lock + 1] and "LIMIT" in sent[lock + 1]  # the QC window, behind the lock
     assert "FROM labeling_generation" in sent[lock + 2]
     assert trips.count == 8
 

@@ -107,7 +107,8 @@ def test_the_hand_outs_fixed_reads_are_prepared_the_labeler_of_a_user_and_the_qc
     assert assignment_next(labeler=labeler, now=timezone.now()) is not None
     prepared = _prepared()
     assert any("FROM labeling_labeler WHERE user_id = $1" in s for s in prepared)
-    assert any("t.kind = $4" in s and "LIMIT $" in s for s in prepared)  # the QC window (labeling.quality.control)
+    # The QC window (labeling.quality.control), its fixed conditions in the text (test_hot_plans.py).
+    assert any("a.task_kind = 'quality_control'" in s and "LIMIT $2" in s for s in prepared)
 
 
 def test_every_hot_path_statement_is_short_enough_for_psycopgs_conversion_cache():

@@ -1,0 +1,96 @@
+"""A hand-out's reads of a labeler's history cost the same after ten assignments or ten thousand.
+
+Every hand-out reads the labeler's current lease (hotpath.LABELER_LOCK) and
+their rolling QC window (labeling.quality.control.ROLLING_WINDOW_IDS). Both
+are prepared statements, which PostgreSQL may run with a generic plan, one
+that does not know the values. Each is served by a partial index that only a
+condition written into the statement can match: with the status or the kind
+passed as a value, the generic plan read every assignment the labeler ever
+had. Each assignment carries its task's kind so that the window's index can
+hold only QC items.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+from django.db import connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from labeling.models import Assignment, AssignmentStatus, LabelerStatus, Task, TaskKind
+from labeling.quality.control import ROLLING_WINDOW_IDS
+from labeling.work.hotpath import LABELER_LOCK
+from labeling.work.queue import assignment_next
+from tests.labeling.gold_factories import make_qc_pool, make_screening_set
+from tests.labeling.workflow_factories import make_generation, make_labeler, make_task
+
+pytestmark = pytest.mark.django_db
+
+
+class _Draw(random.Random):
+    """The queue's QC draw, fixed."""
+
+    def __init__(self, value: float) -> None:
+        super().__init__(0)
+        self.value = value
+
+    def random(self) -> float:
+        return self.value
+
+
+def test_every_assignment_carries_its_tasks_kind_however_it_was_made():
+    g = make_generation()
+    pool = make_qc_pool(generation=g, size=1)
+    make_task(generation=g)
+    make_task(generation=g)
+    qc = assignment_next(labeler=make_labeler(), rng=_Draw(0.0))  # the QC draw comes up
+    normal = assignment_next(labeler=make_labeler(), rng=_Draw(0.99))
+    screening_set = make_screening_set(size=1)
+    screened = assignment_next(labeler=make_labeler(status=LabelerStatus.SCREENING))
+    assert qc is not None and normal is not None and screened is not None
+    made_by_hand = Assignment.objects.create(task=pool[0], labeler=make_labeler(), status=AssignmentStatus.EXPIRED)
+    loaded_task = Assignment.objects.create(task=Task.objects.get(pk=pool[0].pk), labeler=make_labeler())
+
+    kinds = {a.pk: a.task_kind for a in (qc, normal, screened, made_by_hand, loaded_task)}
+    assert kinds == {
+        qc.pk: TaskKind.QUALITY_CONTROL,
+        normal.pk: TaskKind.NORMAL,
+        screened.pk: TaskKind.SCREENING,
+        made_by_hand.pk: TaskKind.QUALITY_CONTROL,
+        loaded_task.pk: TaskKind.QUALITY_CONTROL,
+    }
+    assert screened.task_id == screening_set[0].pk
+    assert not Assignment.objects.exclude(task_kind=F("task__kind")).exists()  # as stored, too
+
+
+def _generic_plan(statement: str, values: list[object]) -> str:
+    # The plan PostgreSQL keeps for a prepared statement once it stops
+    # planning per value; sequential scans priced out, so that the answer is
+    # which index the statement can use, not what this small database favours.
+    numbered = iter(range(1, len(values) + 1))
+    text = re.sub(r"%s", lambda _m: f"${next(numbered)}", statement)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(f"PREPARE hot_plan AS {text}")
+        try:
+            cursor.execute("EXPLAIN EXECUTE hot_plan(" + ", ".join(["%s"] * len(values)) + ")", values)
+            return "\n".join(row[0] for row in cursor.fetchall())
+        finally:
+            cursor.execute("DEALLOCATE hot_plan")
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the plans of PostgreSQL's prepared statements")
+def test_the_lease_and_the_qc_window_are_read_through_their_partial_indexes_in_the_generic_plan():
+    g = make_generation()
+    labeler = make_labeler()
+    for _ in range(3):
+        a = Assignment.objects.create(task=make_task(generation=g), labeler=labeler, started_at=timezone.now())
+        Assignment.objects.filter(pk=a.pk).update(status=AssignmentStatus.EXPIRED)
+    lease = _generic_plan(LABELER_LOCK.format(lock=" FOR NO KEY UPDATE OF l"), [labeler.pk])
+    assert "assignment_one_in_progress_per_labeler" in lease, lease
+    window = _generic_plan(ROLLING_WINDOW_IDS.format(since=" AND a.started_at > %s"), [labeler.pk, timezone.now(), 20])
+    assert "assignment_qc_window_idx" in window and "Sort" not in window, window
