@@ -323,8 +323,12 @@ class AssignmentStatus(models.TextChoices):
 class Assignment(models.Model):
     """One labeler's work on one task: exported as one PRM800K record."""
 
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="assignments")
-    labeler = models.ForeignKey(Labeler, on_delete=models.PROTECT, related_name="assignments")
+    # No index of their own: assignment_one_per_task_and_labeler (task, labeler)
+    # and assignment_labeler_status_idx (labeler, status) begin with them. Every
+    # index of this table is written again whenever a row changes an indexed
+    # column, a submit and a lease.
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="assignments", db_index=False)
+    labeler = models.ForeignKey(Labeler, on_delete=models.PROTECT, related_name="assignments", db_index=False)
     status = models.CharField(max_length=20, choices=AssignmentStatus.choices, default=AssignmentStatus.IN_PROGRESS)
     started_at = models.DateTimeField(null=True, blank=True)
     last_activity_at = models.DateTimeField(null=True, blank=True)
@@ -383,12 +387,10 @@ class Assignment(models.Model):
         indexes = [
             # A labeler's current lease and their history.
             models.Index(fields=["labeler", "status"], name="assignment_labeler_status_idx"),
-            # Expiring leases.
-            models.Index(
-                fields=["lease_expires_at"],
-                condition=Q(status=AssignmentStatus.IN_PROGRESS),
-                name="assignment_live_lease_idx",
-            ),
+            # No index on lease_expires_at: no query looks leases up by it (a
+            # hand-out counts them per task), and every key press renews the
+            # lease, which such an index would turn into a write to every
+            # index of the table (docs/benchmarks.md).
             # A labeler's rolling QC window (labeling.quality.control.ROLLING_WINDOW_IDS):
             # their finished QC items, newest first.
             models.Index(

@@ -38,3 +38,22 @@ def test_assignments_made_before_0011_get_their_tasks_kind():
     finally:
         executor = MigrationExecutor(connection)
         executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+@pytest.mark.django_db
+def test_the_assignment_table_keeps_its_constraints_and_loses_the_indexes_no_query_needs():
+    # 0012 dropped the foreign keys' own indexes and the lease-expiry index;
+    # the partial unique index on labeler_id (one lease per labeler) is kept.
+    with connection.cursor() as cursor:
+        constraints = connection.introspection.get_constraints(cursor, "labeling_assignment")
+    unique = [info["columns"] for info in constraints.values() if info["unique"] and not info["primary_key"]]
+    assert ["labeler_id"] in unique and ["task_id", "labeler_id"] in unique
+    assert constraints["assignment_one_in_progress_per_labeler"]["unique"]
+    indexes = {name: info["columns"] for name, info in constraints.items() if info["index"] and not info["unique"]}
+    assert "assignment_qc_window_idx" in indexes and "assignment_labeler_status_idx" in indexes
+    assert [name for name, columns in indexes.items() if len(columns) == 1] == []
+    if connection.vendor == "postgresql":
+        # Room for a key press's new row version on its own page (a heap-only tuple).
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT reloptions FROM pg_class WHERE relname = 'labeling_assignment'")
+            assert cursor.fetchone()[0] == ["fillfactor=90"]
