@@ -2,7 +2,7 @@
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/annotate_prof CACHE_URL=redis://127.0.0.1:6379/9 \\
       DEBUG=false SECRET_KEY=... .venv/bin/python benchmarks/press_cpu.py [--rounds 8] [--presses 200] \\
-      [--profile [--sort tottime] [--lines 60] [--dump FILE]] [--submit | --panel | --qc-lookup]
+      [--profile [--sort tottime] [--lines 60] [--dump FILE]] [--submit | --panel | --qc-lookup | --pg-statements]
 
 Run it on a copy of the benchmark database (``createdb -T annotate_bench_hotpath
 annotate_prof``): it signs up a labeler, takes a task and rates its first step
@@ -22,6 +22,15 @@ ORM query it replaced (kept here as the reference).
 one batch of presses (not timed), then ``/assignments/<pk>/submit/`` finishes
 it and answers with the next task's panel (timed, and profiled with
 ``--profile``), as the load generator's submit does.
+``--pg-statements`` measures PostgreSQL's side instead: the CPU its backend
+spends on each statement of a key press and of a submit + next, read from
+``/proc/<pid>/schedstat`` before and after each statement (so PostgreSQL
+must run on this machine), with the pipeline off so that each statement is
+done when its execute returns; medians over ``--presses`` of each, and the
+median whole request. ``--history N``: the measuring labeler starts with N
+finished assignments (taken over from one of the benchmark's history
+labelers, who have 1,000 each), as a labeler some weeks in; reads of a
+labeler's history show their cost only then.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ import statistics
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -55,6 +65,8 @@ def main() -> None:
     parser.add_argument("--panel", action="store_true", help="measure rendering the fresh task panel alone")
     parser.add_argument("--submit", action="store_true", help="measure submit + next instead of a key press")
     parser.add_argument("--qc-lookup", action="store_true", help="measure the unseen-QC lookup against its ORM form")
+    parser.add_argument("--pg-statements", action="store_true", help="PostgreSQL's CPU per statement of each request")
+    parser.add_argument("--history", type=int, default=0, help="the labeler starts with this many finished tasks")
     args = parser.parse_args()
 
     import django
@@ -73,6 +85,19 @@ def main() -> None:
     settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]
     user = User.objects.create_user(username=f"press-cpu-{uuid.uuid4().hex[:8]}", password=uuid.uuid4().hex)
     labeler = Labeler.objects.create(user=user, status=LabelerStatus.ACTIVE)
+    if args.history:
+        # A labeler some weeks in: they take over finished assignments of one
+        # of the benchmark's history labelers (this is a copy of its database).
+        with connection.cursor() as cursor:
+            cursor.execute(
+                """UPDATE labeling_assignment SET labeler_id = %s WHERE id IN (
+                       SELECT id FROM labeling_assignment WHERE status = 'submitted' AND labeler_id = (
+                           SELECT labeler_id FROM labeling_assignment WHERE status = 'submitted'
+                           GROUP BY labeler_id ORDER BY count(*) DESC LIMIT 1)
+                       LIMIT %s)""",
+                [labeler.pk, args.history],
+            )
+            cursor.execute("ANALYZE labeling_assignment")
     client = Client()
     client.force_login(user)
     client.post("/next/")
@@ -97,6 +122,9 @@ def main() -> None:
         return
     if args.qc_lookup:
         _qc_lookups(labeler.pk, args)
+        return
+    if args.pg_statements:
+        _pg_statements(client, labeler, assignment, args)
         return
     for i in range(50):  # warm: connections, caches, the templates
         press(i)
@@ -241,6 +269,85 @@ def _qc_lookups(labeler_id: int, args: argparse.Namespace) -> None:
     for name, values in cpu.items():
         print(f"app CPU per unseen-QC lookup, {name}: median {statistics.median(values):.3f} ms "
               f"(rounds: {' '.join(f'{v:.2f}' for v in values)})")  # fmt: skip
+
+
+def _pg_statements(client: Any, labeler: Any, assignment: Any, args: argparse.Namespace) -> None:
+    from collections import defaultdict
+
+    from django.db import connection
+
+    import labeling.work.rating as rating
+    from labeling.models import Assignment, AssignmentStatus
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+
+    def backend_ns() -> int:
+        with open(f"/proc/{pid}/schedstat") as stat:
+            return int(stat.read().split()[0])
+
+    spent: list[tuple[str, int]] = []
+
+    def measured(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        before = backend_ns()
+        result = execute(sql, params, many, context)
+        time.sleep(0.0005)  # the backend's last microseconds reach schedstat
+        spent.append((" ".join(sql.split())[:90], backend_ns() - before))
+        return result
+
+    def post(path: str, **kwargs: Any) -> tuple[int, list[tuple[str, int]]]:
+        spent.clear()
+        with mock.patch.object(rating, "pipelined", contextlib.nullcontext), connection.execute_wrapper(measured):
+            before = backend_ns()
+            response = client.post(path, **kwargs)
+            time.sleep(0.001)
+            total = backend_ns() - before
+        if response.status_code != 200:
+            sys.exit(f"press_cpu: {path} answered {response.status_code}: {response.content[:200]!r}")
+        return total, list(spent)
+
+    def submit(_i: int) -> tuple[int, list[tuple[str, int]]]:
+        a = Assignment.objects.select_related("task__solution").get(
+            labeler=labeler, status=AssignmentStatus.IN_PROGRESS
+        )
+        steps = len(a.task.solution.steps)
+        body = {"presses": [{"step": i, "completion": 0, "version": a.version + i, "rating": 1} for i in range(steps)]}
+        client.post(f"/assignments/{a.pk}/presses/", data=json.dumps(body), content_type="application/json")
+        return post(f"/assignments/{a.pk}/submit/", data={"version": a.version + steps}, HTTP_HX_REQUEST="true")
+
+    version = assignment.version
+
+    def press(i: int) -> tuple[int, list[tuple[str, int]]]:
+        nonlocal version
+        body = {"presses": [{"step": 0, "completion": 0, "version": version, "rating": i % 2}]}
+        answer = post(f"/assignments/{assignment.pk}/presses/", data=json.dumps(body), content_type="application/json")
+        version += 1
+        return answer
+
+    requests: list[tuple[str, Callable[[int], tuple[int, list[tuple[str, int]]]]]] = [
+        ("key press", press),
+        ("submit + next", submit),
+    ]
+    for name, request in requests:
+        totals: list[int] = []
+        per: dict[tuple[int, str], list[int]] = defaultdict(list)
+        for i in range(args.presses + 10):
+            total, statements = request(i)
+            if i < 10:  # warm: the prepared statements
+                continue
+            totals.append(total)
+            for n, (sql, ns) in enumerate(statements):
+                per[(n, sql)].append(ns)
+        print(f"{name}: PostgreSQL CPU, median {statistics.median(totals) / 1e3:.0f} us per request")
+        for (_n, sql), values in sorted(per.items()):
+            share = len(values) / len(totals)
+            print(
+                f"  {statistics.median(values) / 1e3:6.0f} us  {sql}"
+                + (f"  ({share:.0%} of them)" if share < 1 else "")
+            )
+        if name == "key press":
+            assignment.refresh_from_db()
 
 
 def _report(profile: cProfile.Profile, args: argparse.Namespace) -> None:
