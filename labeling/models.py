@@ -407,7 +407,9 @@ class Assignment(models.Model):
         return f"assignment {self.pk}"
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        if not self.task_kind:
+        # Only a new row: an assignment read in part (labeling.work.hotpath)
+        # defers task_kind, and reading it here would cost a query per save.
+        if self._state.adding and not self.task_kind:
             task = self._state.fields_cache.get("task")
             self.task_kind = (
                 task.kind if task is not None else Task.objects.values_list("kind", flat=True).get(pk=self.task_id)

@@ -66,6 +66,24 @@ def test_every_assignment_carries_its_tasks_kind_however_it_was_made():
     assert not Assignment.objects.exclude(task_kind=F("task__kind")).exists()  # as stored, too
 
 
+def test_saving_an_assignment_read_in_part_writes_it_and_reads_nothing(django_assert_num_queries):
+    # What the phase-1 services do with hotpath's locking read: its task_kind
+    # is deferred, and a save of other fields must not go and read it.
+    from labeling.work.hotpath import assignment_locked
+
+    make_task(generation=make_generation())
+    a = assignment_next(labeler=make_labeler())
+    assert a is not None
+    with transaction.atomic():
+        locked = assignment_locked(assignment_id=a.pk, user_id=None, task_lock=False)
+        assert locked is not None and "task_kind" in locked.get_deferred_fields()
+        locked.lease_expires_at = timezone.now()
+        with django_assert_num_queries(1):
+            locked.save(update_fields=["lease_expires_at"])
+    a.refresh_from_db()
+    assert a.task_kind == TaskKind.NORMAL
+
+
 def _generic_plan(statement: str, values: list[object]) -> str:
     # The plan PostgreSQL keeps for a prepared statement once it stops
     # planning per value; sequential scans priced out, so that the answer is
