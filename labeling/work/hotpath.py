@@ -2,14 +2,16 @@
 
 Each statement here ran through the ORM first; building and compiling the
 query cost more than PostgreSQL needed to run it (docs/benchmarks.md). Each is
-named, takes its values as parameters, and says which rule it enforces and
-which index it rides; the services around them (labeling.work.assignment,
-rating and queue) hold the logic. Every statement runs on SQLite and
-PostgreSQL (the suite runs on both); where SQLite lacks row locks it
-serialises writers with its IMMEDIATE transactions instead. One is
-PostgreSQL's alone: PRESS_PLAIN, a key press whose rules are written into the
-statement that writes it (data-modifying WITH clauses, which SQLite lacks);
-elsewhere the service applies the same press statement by statement.
+named, takes its values as parameters (a fixed status of ours is written in
+where a partial index has to be matched, IN_PROGRESS), and says which rule it
+enforces and which index it rides; the services around them
+(labeling.work.assignment, rating and queue) hold the logic. Every statement
+runs on SQLite and PostgreSQL (the suite runs on both); where SQLite lacks
+row locks it serialises writers with its IMMEDIATE transactions instead. Two
+are PostgreSQL's alone (data-modifying WITH clauses, which SQLite lacks):
+PRESS_PLAIN, a key press whose rules are written into the statement that
+writes it, and FINISH_AND_CLOSE; elsewhere the service runs the same
+statement by statement.
 """
 
 from __future__ import annotations
@@ -625,11 +627,11 @@ def task_places(*, task_id: int, labeler_id: int, now: datetime) -> Places:
 
 
 # The in-progress status written into a statement rather than passed: the
-# planner matches a partial index (assignment_one_in_progress_per_labeler,
-# assignment_qc_window_idx) only to a condition it can read, also in the
-# generic plan of a prepared statement. With a parameter, that plan read every
-# assignment the labeler ever had (docs/benchmarks.md). A constant of ours,
-# not a value from a request.
+# planner matches a partial index (here assignment_one_in_progress_per_labeler)
+# only to a condition it can read, also in the generic plan of a prepared
+# statement. With a parameter, that plan read every assignment the labeler
+# ever had (docs/benchmarks.md; the QC window in labeling.quality.control does
+# the same). A constant of ours, not a value from a request.
 IN_PROGRESS = f"'{AssignmentStatus.IN_PROGRESS.value}'"
 assert AssignmentStatus.IN_PROGRESS.value.isidentifier()
 
