@@ -375,6 +375,9 @@ class Assignment(models.Model):
                 condition=Q(total_time_ms__isnull=True) | Q(total_time_ms__gte=0),
                 name="assignment_total_time_not_negative",
             ),
+            # A writer that forgot the task's kind (a bulk insert skips save())
+            # fails loudly instead of hiding a QC item from the rolling window.
+            models.CheckConstraint(condition=Q(task_kind__in=TaskKind.values), name="assignment_task_kind_known"),
             # A labeler holds at most one lease: two "next task" requests from
             # the same person at the same moment (double click, two tabs) must
             # not both create an assignment. Also serves "my current task".

@@ -118,6 +118,7 @@ class _Prm800kWriter:
             assignment_rows.append(
                 {
                     "task_id": slot.task.pk,
+                    "task_kind": slot.task.kind,
                     "labeler_id": self.labelers[record.labeler],
                     "status": AssignmentStatus.SUBMITTED.value,
                     "started_at": started,
