@@ -43,3 +43,17 @@ def statement_sent(
             cursor.close()
 
     return result
+
+
+def fixed_literal(*values: str) -> str:
+    """Constants of ours as SQL string literals, comma-separated, for a condition written into a statement.
+
+    A partial index is matched only to a condition the planner can read: a
+    value passed as a parameter is unknown to a prepared statement's generic
+    plan, which then reads around the index. Only plain identifiers (the
+    choices' values), never a value from a request.
+    """
+    for value in values:
+        if not value.isidentifier():
+            raise ValueError(f"not a fixed identifier: {value!r}")
+    return ", ".join(f"'{value}'" for value in values)

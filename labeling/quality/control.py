@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import Exists, OuterRef, QuerySet
 
-from annotate.postgresql import statement_sent
+from annotate.postgresql import fixed_literal, statement_sent
 from labeling.labelers import labeler_set_status
 from labeling.models import (
     SCREENING_GENERATION,
@@ -287,8 +287,8 @@ def labeler_rolling_quality(*, labeler: Labeler) -> AgreementSummary:
 # labeler ever had (docs/benchmarks.md). Constants of ours, not request values.
 ROLLING_WINDOW_IDS = f"""
     SELECT a.id FROM labeling_assignment a
-    WHERE a.labeler_id = %s AND a.task_kind = '{TaskKind.QUALITY_CONTROL.value}'
-      AND a.status IN ('{AssignmentStatus.SUBMITTED.value}', '{AssignmentStatus.EXPIRED.value}'){{since}}
+    WHERE a.labeler_id = %s AND a.task_kind = {fixed_literal(TaskKind.QUALITY_CONTROL)}
+      AND a.status IN ({fixed_literal(*_FINISHED)}){{since}}
     ORDER BY a.started_at DESC, a.id DESC
     LIMIT %s
 """

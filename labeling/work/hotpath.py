@@ -27,7 +27,7 @@ from django.db import connection, models
 from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 
-from annotate.postgresql import prepared_cursor, statement_sent
+from annotate.postgresql import fixed_literal, prepared_cursor, statement_sent
 from labeling.labelers import labeler_from_row, labeler_select
 from labeling.models import (
     Assignment,
@@ -632,8 +632,7 @@ def task_places(*, task_id: int, labeler_id: int, now: datetime) -> Places:
 # statement. With a parameter, that plan read every assignment the labeler
 # ever had (docs/benchmarks.md; the QC window in labeling.quality.control does
 # the same). A constant of ours, not a value from a request.
-IN_PROGRESS = f"'{AssignmentStatus.IN_PROGRESS.value}'"
-assert AssignmentStatus.IN_PROGRESS.value.isidentifier()
+IN_PROGRESS = fixed_literal(AssignmentStatus.IN_PROGRESS)
 
 # The labeler's own row, locked, with their in-progress assignment if they
 # have one (assignment_one_in_progress_per_labeler: at most one) and its task:
@@ -740,27 +739,28 @@ ASSIGNMENT_FINISH = """
 
 # A submit closes its task once it has all its labelers. Under the task row
 # lock (taken by the submit), so two labelers finishing one multi-labeler
-# task count each other's submissions. The finished assignment is counted by
-# hand ({this}), the others as stored: in FINISH_AND_CLOSE the finish is in
-# the same statement, whose own update the count would not see. Primary key;
-# the count rides assignment_one_per_task_and_labeler.
-TASK_CLOSE_WHEN_COMPLETE = """
+# task count each other's submissions. Primary key; the count rides
+# assignment_one_per_task_and_labeler. _TASK_CLOSE is the statement with the
+# task and the counting left open for its two uses below.
+_TASK_CLOSE = """
     UPDATE labeling_task SET status = %s
     WHERE id = {task} AND status = %s
       AND labelers_needed <= {this}(SELECT COUNT(*) FROM labeling_assignment a
                               WHERE a.task_id = labeling_task.id AND a.status = %s{other})
 """
+TASK_CLOSE_WHEN_COMPLETE = _TASK_CLOSE.format(task="%s", this="", other="")
 
 # Both in one statement (PostgreSQL: a data-modifying WITH clause, which
 # SQLite lacks; there they run one after the other). The close reads the task
-# id from the finish, so a finish that matched nothing closes nothing.
+# id from the finish, so a finish that matched nothing closes nothing. The
+# finished assignment is counted by hand ("1 +"), the others as stored: the
+# count would not see the same statement's own update.
 FINISH_AND_CLOSE = compact(
     f"""
     WITH finished AS ({ASSIGNMENT_FINISH} RETURNING task_id)
-    {TASK_CLOSE_WHEN_COMPLETE.format(task="(SELECT task_id FROM finished)", this="1 + ", other=" AND a.id <> %s")}
+    {_TASK_CLOSE.format(task="(SELECT task_id FROM finished)", this="1 + ", other=" AND a.id <> %s")}
 """
 )
-TASK_CLOSE_WHEN_COMPLETE = TASK_CLOSE_WHEN_COMPLETE.format(task="%s", this="", other="")
 
 
 def assignment_finish_write(assignment: Assignment) -> None:
