@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import random
+from typing import TYPE_CHECKING, TypeVar
 
 from django.contrib.auth.models import User
 
@@ -19,7 +21,26 @@ from labeling.models import (
     text_sha256,
 )
 
+if TYPE_CHECKING:
+    from _typeshed import SupportsLenAndGetItem
+
 _n = itertools.count(1)
+_T = TypeVar("_T")
+
+
+class FixedDraw(random.Random):
+    """The queue's QC draw, fixed: ``random()`` always returns ``value``; ``choice`` takes the first."""
+
+    def __init__(self, value: float) -> None:
+        super().__init__(0)
+        self.value = value
+
+    def random(self) -> float:
+        return self.value
+
+    def choice(self, seq: SupportsLenAndGetItem[_T]) -> _T:
+        return seq[0]
+
 
 STEPS = [
     "Let's call the numerator $x$.",

@@ -12,6 +12,7 @@ from django.urls import reverse
 from labeling.models import Assignment, AssignmentStatus, Labeler, LabelerStatus, StepRating
 from tests.labeling.workflow_factories import (
     STEPS,
+    FixedDraw,
     make_generation,
     make_labeler,
     make_task,
@@ -205,19 +206,6 @@ def test_it_rates_in_a_fixed_number_of_queries(django_assert_num_queries):
         _rate(client, a, 1, 0, 3, **HX)
 
 
-class _Draw:
-    """The queue's QC draw, fixed: ``random()`` always returns ``value``."""
-
-    def __init__(self, value: float) -> None:
-        self.value = value
-
-    def random(self) -> float:
-        return self.value
-
-    def choice(self, seq):
-        return seq[0]
-
-
 # With probability QC_RATE a hand-out looks for an unseen QC item (one more
 # statement). The draw is fixed here, both ways, so the count is the same in
 # every run.
@@ -228,7 +216,7 @@ QC_DRAWS = [pytest.param(0.99, 0, id="no-qc-draw"), pytest.param(0.0, 1, id="qc-
 def test_it_hands_out_the_next_task_in_a_bounded_number_of_queries(
     django_assert_max_num_queries, monkeypatch, draw, qc_lookups
 ):
-    monkeypatch.setattr("labeling.work.queue._RNG", _Draw(draw))
+    monkeypatch.setattr("labeling.work.queue._RNG", FixedDraw(draw))
     make_task(generation=make_generation())
     client = _client(make_labeler())
     # session, user, labeler; the transaction (a savepoint and its release
@@ -247,7 +235,7 @@ def test_it_submits_and_hands_out_the_next_task_in_a_bounded_number_of_queries(
     django_assert_max_num_queries, monkeypatch, draw, qc_lookups
 ):
     client, a = _started()
-    monkeypatch.setattr("labeling.work.queue._RNG", _Draw(draw))
+    monkeypatch.setattr("labeling.work.queue._RNG", FixedDraw(draw))
     make_task(generation=a.task.generation)
     _rate(client, a, 0, -1, 1, **HX)
     # session; one transaction (a savepoint and its release here, inside
@@ -285,7 +273,7 @@ def test_a_qc_hand_out_reads_its_task_solution_and_problem_in_one_query(django_a
     client, a = _started()
     qc = make_qc_pool(generation=a.task.generation, size=1)[0]
     make_task(generation=a.task.generation)
-    monkeypatch.setattr("labeling.work.queue._RNG", _Draw(0.0))
+    monkeypatch.setattr("labeling.work.queue._RNG", FixedDraw(0.0))
     _rate(client, a, 0, -1, 1, **HX)
     # As the hand-out with a QC draw (at most 16, above), plus one read of
     # the drawn QC item with its solution and problem: nothing is loaded

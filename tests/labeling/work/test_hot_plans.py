@@ -12,7 +12,6 @@ hold only QC items.
 
 from __future__ import annotations
 
-import random
 import re
 
 import pytest
@@ -25,20 +24,9 @@ from labeling.quality.control import ROLLING_WINDOW_IDS
 from labeling.work.hotpath import LABELER_LOCK
 from labeling.work.queue import assignment_next
 from tests.labeling.gold_factories import make_qc_pool, make_screening_set
-from tests.labeling.workflow_factories import make_generation, make_labeler, make_task
+from tests.labeling.workflow_factories import FixedDraw, make_generation, make_labeler, make_task
 
 pytestmark = pytest.mark.django_db
-
-
-class _Draw(random.Random):
-    """The queue's QC draw, fixed."""
-
-    def __init__(self, value: float) -> None:
-        super().__init__(0)
-        self.value = value
-
-    def random(self) -> float:
-        return self.value
 
 
 def test_every_assignment_carries_its_tasks_kind_however_it_was_made():
@@ -46,8 +34,8 @@ def test_every_assignment_carries_its_tasks_kind_however_it_was_made():
     pool = make_qc_pool(generation=g, size=1)
     make_task(generation=g)
     make_task(generation=g)
-    qc = assignment_next(labeler=make_labeler(), rng=_Draw(0.0))  # the QC draw comes up
-    normal = assignment_next(labeler=make_labeler(), rng=_Draw(0.99))
+    qc = assignment_next(labeler=make_labeler(), rng=FixedDraw(0.0))  # the QC draw comes up
+    normal = assignment_next(labeler=make_labeler(), rng=FixedDraw(0.99))
     screening_set = make_screening_set(size=1)
     screened = assignment_next(labeler=make_labeler(status=LabelerStatus.SCREENING))
     assert qc is not None and normal is not None and screened is not None
