@@ -3,6 +3,7 @@
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/annotate_prof CACHE_URL=redis://127.0.0.1:6379/9 \\
       DEBUG=false SECRET_KEY=... .venv/bin/python benchmarks/press_cpu.py [--rounds 8] [--presses 200] \\
       [--profile [--sort tottime] [--lines 60] [--dump FILE]] [--submit | --panel | --qc-lookup | --pg-statements]
+      [--history N] [--qc-window N]
 
 Run it on a copy of the benchmark database (``createdb -T annotate_bench_hotpath
 annotate_prof``): it signs up a labeler, takes a task and rates its first step
@@ -30,7 +31,11 @@ done when its execute returns; medians over ``--presses`` of each, and the
 median whole request. ``--history N``: the measuring labeler starts with N
 finished assignments (taken over from one of the benchmark's history
 labelers, who have 1,000 each), as a labeler some weeks in; reads of a
-labeler's history show their cost only then.
+labeler's history show their cost only then. ``--qc-window N``: they also
+have N checked QC items, all passed (gold solutions that accept any rating),
+so their hand-outs judge a full rolling window (QC_MIN_ITEMS or more), as
+everyone's does after their first hundred tasks or so; the load benchmark's
+labelers never get there (its database has no QC items).
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ def main() -> None:
     parser.add_argument("--qc-lookup", action="store_true", help="measure the unseen-QC lookup against its ORM form")
     parser.add_argument("--pg-statements", action="store_true", help="PostgreSQL's CPU per statement of each request")
     parser.add_argument("--history", type=int, default=0, help="the labeler starts with this many finished tasks")
+    parser.add_argument("--qc-window", type=int, default=0, help="and with this many checked QC items, all passed")
     args = parser.parse_args()
 
     import django
@@ -98,6 +104,8 @@ def main() -> None:
                 [labeler.pk, args.history],
             )
             cursor.execute("ANALYZE labeling_assignment")
+    if args.qc_window:
+        _qc_window(labeler.pk, args.qc_window)
     client = Client()
     client.force_login(user)
     client.post("/next/")
@@ -150,6 +158,38 @@ def main() -> None:
             press(i)
         profile.disable()
         _report(profile, args)
+
+
+def _qc_window(labeler_id: int, items: int) -> None:
+    # A labeler past their first hundred tasks: a full rolling QC window,
+    # which every hand-out of theirs judges (labeler_quality_enforce). Some
+    # finished assignments of the benchmark's history are made theirs and
+    # made QC items, on solutions made gold with every rating acceptable, so
+    # the labeler passes (this is a copy of the benchmark's database).
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """WITH picked AS (SELECT id FROM labeling_assignment WHERE status = 'submitted'
+                                 AND task_kind = 'normal' AND labeler_id <> %s ORDER BY id DESC LIMIT %s)
+               UPDATE labeling_assignment a SET labeler_id = %s, task_kind = 'quality_control'
+               FROM picked WHERE a.id = picked.id RETURNING a.task_id""",
+            [labeler_id, items, labeler_id],
+        )
+        tasks = [row[0] for row in cursor.fetchall()]
+        cursor.execute(
+            """UPDATE labeling_task SET kind = 'quality_control', is_quality_control = true
+               WHERE id = ANY(%s) RETURNING solution_id""",
+            [tasks],
+        )
+        solutions = [row[0] for row in cursor.fetchall()]
+        cursor.execute(
+            """INSERT INTO labeling_goldstep (solution_id, step_index, negative_ok, neutral_ok, positive_ok, note)
+               SELECT s.id, i, true, true, true, '' FROM labeling_solution s,
+                   generate_series(0, jsonb_array_length(s.steps) - 1) i
+               WHERE s.id = ANY(%s) ON CONFLICT DO NOTHING""",
+            [solutions],
+        )
 
 
 def _submits(client: Any, labeler: Any, args: argparse.Namespace) -> None:

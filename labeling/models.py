@@ -229,6 +229,11 @@ class Labeler(models.Model):
     # One switch that drops this person's labels from exports and training.
     exclude_labels = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
+    # The rolling QC window last judged and passed, as a digest
+    # (labeling.quality.control.labeler_quality_enforce): a hand-out whose
+    # window is that one again needs no scoring. Empty: judge it next time
+    # (gold_set empties it for everyone who had the solution).
+    qc_window_passed = models.CharField(max_length=32, blank=True, default="", db_default="", editable=False)
 
     class Meta:
         ordering = ["id"]

@@ -11,7 +11,7 @@ import hashlib
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from itertools import combinations
 from typing import Any
 
@@ -322,18 +322,28 @@ def labeler_quality_enforce(
     """Suspend an active labeler whose rolling QC agreement fell below QC_SUSPEND_BELOW; True if suspended.
 
     ``window_ids``: the rolling window, read already for the labeler's
-    current status (rolling_window_sent); read here when None.
+    current status (rolling_window_sent); read here when None. Every hand-out
+    asks, with the labeler's row locked and ``qc_window_passed`` read under
+    that lock (labeling.work.queue). A window judged and passed before is
+    not scored again: once a labeler has QC_MIN_ITEMS checked items, scoring
+    took about 2 ms of CPU on each of their hand-outs (docs/benchmarks.md),
+    and the window changes only when a QC item of theirs is finished.
     """
     if labeler.status != LabelerStatus.ACTIVE:
         return False
     window = _rolling_window_ids(labeler=labeler) if window_ids is None else window_ids
     if len(window) < settings.QC_MIN_ITEMS:
-        # Too few checked items to judge (the usual case, and it runs on
-        # every hand-out): no need to score them.
+        # Too few checked items to judge (every new labeler for their first
+        # hundred tasks or so): no need to score them.
+        return False
+    digest = _window_digest(labeler=labeler, window=window)
+    if digest == labeler.qc_window_passed:
         return False
     quality = summarise(gold_outcomes(Assignment.objects.filter(pk__in=window)))
     rate = quality.rate
     if quality.items < settings.QC_MIN_ITEMS or rate is None or rate >= settings.QC_SUSPEND_BELOW:
+        Labeler.objects.filter(pk=labeler.pk).update(qc_window_passed=digest)
+        labeler.qc_window_passed = digest
         return False
     return labeler_set_status(
         labeler=labeler,
@@ -345,6 +355,22 @@ def labeler_quality_enforce(
         expected={LabelerStatus.ACTIVE},
         now=now,
     )
+
+
+def _window_digest(*, labeler: Labeler, window: Sequence[int]) -> str:
+    # What the verdict depends on, apart from the gold (gold_set empties
+    # qc_window_passed when that changes): the items (a finished item's
+    # ratings and status are final), the status the window counts from, and
+    # the thresholds it is judged by.
+    since = labeler.status_changed_at
+    key = (
+        f"{'' if since is None else (since - _EPOCH) // timedelta(microseconds=1)}|{settings.QC_WINDOW}|"
+        f"{settings.QC_MIN_ITEMS}|{settings.QC_SUSPEND_BELOW!r}|{','.join(map(str, window))}"
+    )
+    return hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 # --- Overlap and inter-annotator agreement ------------------------------------

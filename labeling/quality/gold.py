@@ -23,9 +23,11 @@ from labeling.data.imports import ImportResult, Progress
 from labeling.data.prm800k import Record, RecordError, iter_records
 from labeling.models import (
     SCREENING_GENERATION,
+    Assignment,
     Generation,
     GenerationStatus,
     GoldStep,
+    Labeler,
     Phase,
     Problem,
     Solution,
@@ -104,7 +106,15 @@ def gold_set(*, solution: Solution, steps: Sequence[GoldStepSpec]) -> list[GoldS
     ]
     with transaction.atomic():
         GoldStep.objects.filter(solution=solution).delete()
-        return GoldStep.objects.bulk_create(rows)
+        created = GoldStep.objects.bulk_create(rows)
+        # Everyone who had this solution has their rolling QC window judged
+        # again, by this gold, at their next hand-out (Labeler.qc_window_passed).
+        # After the gold rows: a hand-out holding a labeler's lock has read
+        # the old gold and commits its verdict first; this then empties it.
+        Labeler.objects.filter(pk__in=Assignment.objects.filter(task__solution=solution).values("labeler_id")).exclude(
+            qc_window_passed=""
+        ).update(qc_window_passed="")
+        return created
 
 
 def gold_from_first_errors(*, items: Sequence[tuple[int, int | None]], note: str = "") -> tuple[list[Solution], int]:

@@ -641,7 +641,7 @@ IN_PROGRESS = fixed_literal(AssignmentStatus.IN_PROGRESS)
 # then assignment_one_in_progress_per_labeler (partial: in progress), one
 # probe however many assignments the labeler had.
 LABELER_LOCK = f"""
-    SELECT l.status, l.status_reason, l.status_changed_at,
+    SELECT l.status, l.status_reason, l.status_changed_at, l.qc_window_passed,
            a.id AS a_id, a.task_id AS a_task_id, a.status AS a_status, a.started_at AS a_started_at,
            a.last_activity_at AS a_last_activity_at, a.lease_expires_at AS a_lease_expires_at,
            a.total_time_ms AS a_total_time_ms, a.finish_reason_text AS a_finish_reason_text,
@@ -655,14 +655,14 @@ LABELER_LOCK = f"""
 """
 
 
-LabelerLocked = tuple[tuple[str, str, datetime | None], Assignment | None]
+LabelerLocked = tuple[tuple[str, str, datetime | None, str], Assignment | None]
 
 
 def labeler_lock_sent(*, labeler_id: int) -> Callable[[], LabelerLocked | None]:
     """LABELER_LOCK sent now; the returned function reads its answer, once.
 
-    The answer: (status, status_reason, status_changed_at) and the
-    in-progress assignment with its task; None when there is no such labeler.
+    The answer: (status, status_reason, status_changed_at, qc_window_passed)
+    and the in-progress assignment with its task; None when there is no such labeler.
 
     Inside pipelined(), statements sent before the answer is read travel with
     the lock and run after it, on snapshots taken once it is held: the
@@ -679,7 +679,8 @@ def _labeler_row(cursor: CursorWrapper, labeler_id: int) -> LabelerLocked | None
     if row is None:
         return None
     values = _named(cursor, LABELER_LOCK, row)
-    status = (values["status"], values["status_reason"], _aware(values["status_changed_at"]))
+    status = (values["status"], values["status_reason"], _aware(values["status_changed_at"]),
+              values["qc_window_passed"])  # fmt: skip
     if values["a_id"] is None:
         return status, None
     assignment = _partial(

@@ -169,7 +169,7 @@ def _assignment_next_locked(
     generation_ids = generations() if generations is not None else None
     if locked is None:
         return _REFUSED
-    (labeler.status, labeler.status_reason, labeler.status_changed_at), in_progress = locked
+    (labeler.status, labeler.status_reason, labeler.status_changed_at, labeler.qc_window_passed), in_progress = locked
     if window is not None and (labeler.status != LabelerStatus.ACTIVE or window_since != labeler.status_changed_at):
         window_ids = None  # the status changed meanwhile: that window is another status's, read it again
     if not labeler_can_take_work(labeler):

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
+from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
+from django.utils import timezone
+
+from labeling.models import Labeler
 
 
 @pytest.mark.django_db(transaction=True)  # migrations run outside the test's transaction
@@ -57,3 +63,18 @@ def test_the_assignment_table_keeps_its_constraints_and_loses_the_indexes_no_que
         with connection.cursor() as cursor:
             cursor.execute("SELECT reloptions FROM pg_class WHERE relname = 'labeling_assignment'")
             assert cursor.fetchone()[0] == ["fillfactor=90"]
+
+
+@pytest.mark.django_db
+def test_a_labeler_made_by_code_older_than_0014_gets_an_empty_qc_window_passed():
+    # Between `migrate` and their restart, web processes insert labelers
+    # without the new column (labeler_for_user on someone's first visit):
+    # the database fills it in instead of refusing them.
+    user = get_user_model().objects.create_user(username="from-old-code")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO labeling_labeler (user_id, uuid, status, status_reason, exclude_labels, created_at)"
+            " VALUES (%s, %s, 'screening', '', %s, %s)",
+            [user.pk, uuid.uuid4().hex, False, timezone.now()],
+        )
+    assert Labeler.objects.get(user=user).qc_window_passed == ""

@@ -3,24 +3,28 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from labeling.data.exports import iter_prm800k_records
 from labeling.labelers import labeler_set_status
-from labeling.models import Assignment, AssignmentStatus, Labeler, LabelerStatus, Task, TaskKind
+from labeling.models import Assignment, AssignmentStatus, Labeler, LabelerStatus, Solution, Task, TaskKind
 from labeling.quality.control import (
     generation_gold_agreement,
     generation_inter_annotator_agreement,
     generation_inter_annotator_agreement_by_pair,
     labeler_gold_agreement,
+    labeler_quality_enforce,
     labeler_rolling_quality,
     overlap_labelers_needed,
 )
+from labeling.quality.gold import gold_set, gold_steps_for_errors
 from labeling.work.queue import LabelerMayNotWork, assignment_next, assignment_next_in_transaction
 from tests.labeling.gold_factories import AGREE, DISAGREE, label, make_qc_pool, make_screening_set, next_for
 from tests.labeling.workflow_factories import make_generation, make_labeler, make_task
@@ -128,6 +132,79 @@ def test_it_suspends_on_low_rolling_quality_and_reinstatement_starts_a_clean_win
     assert a is not None
     labeler.refresh_from_db()
     assert labeler.status == LabelerStatus.ACTIVE
+
+
+def _checked(settings: Any, patterns: Sequence[Sequence[int]]) -> tuple[Labeler, random.Random, list[Assignment]]:
+    # A labeler with one checked QC item per pattern in their window (a
+    # window of 4, judged from 3 items, suspended below 50 %), then handed
+    # normal work only, which leaves that window as it is.
+    settings.QC_RATE = 1.0
+    settings.QC_WINDOW = 4
+    settings.QC_MIN_ITEMS = 3
+    settings.QC_SUSPEND_BELOW = 0.5
+    g = make_generation()
+    make_qc_pool(generation=g, size=len(patterns) + 2)
+    for _ in range(6):
+        make_task(generation=g)
+    labeler = make_labeler()
+    rng = random.Random(5)
+    items = []
+    for pattern in patterns:
+        item = next_for(labeler=labeler, rng=rng)
+        assert item.task.kind == TaskKind.QUALITY_CONTROL
+        label(item, pattern)
+        items.append(item)
+    settings.QC_RATE = 0.0
+    return labeler, rng, items
+
+
+def _judged(labeler: Labeler) -> tuple[bool, int]:
+    # As a hand-out asks: the labeler row read afresh (qc_window_passed as
+    # stored), in a transaction; (suspended, statements run).
+    fresh = Labeler.objects.get(pk=labeler.pk)
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        suspended = labeler_quality_enforce(labeler=fresh)
+    return suspended, len(queries)
+
+
+def test_a_passed_window_is_scored_once_and_not_again_until_it_changes(settings):
+    labeler, rng, _ = _checked(settings, (AGREE, AGREE, AGREE))
+    suspended, scoring = _judged(labeler)
+    assert not suspended
+    assert Labeler.objects.get(pk=labeler.pk).qc_window_passed != ""
+    # The same window again: only its ids are read, not its items, gold and ratings.
+    assert _judged(labeler) == (False, 1)
+    assert scoring >= 4
+
+    settings.QC_RATE = 1.0
+    label(next_for(labeler=labeler, rng=rng), DISAGREE)  # a fourth checked item: a new window, scored
+    assert _judged(labeler) == (False, scoring)
+
+
+def test_a_passed_window_is_judged_again_by_corrected_gold(settings):
+    labeler, rng, items = _checked(settings, (AGREE, AGREE, AGREE))
+    label(next_for(labeler=labeler, rng=rng), AGREE)  # judged and passed at this hand-out; normal work
+    assert Labeler.objects.get(pk=labeler.pk).qc_window_passed != ""
+    # The reviewers correct two of the gold answers: no error in those
+    # solutions after all, so finding one there now disagrees (1 of 3).
+    for item in items[:2]:
+        solution = Solution.objects.get(tasks__pk=item.task_id)
+        gold_set(solution=solution, steps=gold_steps_for_errors(step_count=solution.step_count, error_steps=()))
+    with pytest.raises(LabelerMayNotWork):
+        assignment_next(labeler=labeler, rng=rng)
+    labeler.refresh_from_db()
+    assert labeler.status == LabelerStatus.SUSPENDED
+    assert "1 of the last 3" in labeler.status_reason
+
+
+def test_a_passed_window_is_judged_again_by_a_stricter_threshold(settings):
+    labeler, rng, _ = _checked(settings, (AGREE, AGREE, DISAGREE))  # 2 of 3: passes at 50 %
+    label(next_for(labeler=labeler, rng=rng), AGREE)
+    settings.QC_SUSPEND_BELOW = 0.7
+    with pytest.raises(LabelerMayNotWork):
+        assignment_next(labeler=labeler, rng=rng)
+    labeler.refresh_from_db()
+    assert labeler.status == LabelerStatus.SUSPENDED
 
 
 def test_it_reports_agreement_per_labeler_and_per_generation(settings):
