@@ -15,6 +15,13 @@ Modes:
 Reports p50/p95/p99 per endpoint, throughput, and checks that the ratings stored
 in the database equal the ratings the server acknowledged. Loopback only.
 
+The load generation also holds QC_POOL quality-control items (gold that
+accepts any rating, so the simulated labelers always agree): hand-outs draw
+them at QC_RATE as they would in production, and a labeler who has finished
+QC_MIN_ITEMS of them has a rolling QC window that each hand-out judges
+(the closed loop gets there within its first seconds; the soak's labelers,
+at ~20 tasks each, do not).
+
 The generator shares the machine with the server, so its own CPU is reported
 (user+sys of the driving process), and so is the server's: gunicorn and
 PostgreSQL CPU seconds over the run, per request.
@@ -70,6 +77,7 @@ PY = str(ROOT / ".venv" / "bin" / "python")
 HISTORY_GENERATION, LOAD_GENERATION = 9000, 9001
 COST_HEADER = "X-Bench-Cost"  # benchmarks.serving.probe
 PASSWORD = "bench-password-1"
+QC_POOL = 20  # QC_ITEMS_MAX's default: the QC items of one generation
 
 
 # --- database ---------------------------------------------------------------
@@ -97,6 +105,7 @@ def build(args: argparse.Namespace, env: dict[str, str]) -> None:
         ).fetchone()
         if have and have[0] and not args.rebuild:
             print("reusing the existing benchmark database", file=sys.stderr)
+            _qc_pool(db)
             _reset_load(db)
             return
         t0 = time.perf_counter()
@@ -147,6 +156,7 @@ def build(args: argparse.Namespace, env: dict[str, str]) -> None:
         ]
         for sql in stmts:
             db.execute(sql)
+        _qc_pool(db)
         _users(db, args.max_labelers)
         db.execute("ANALYZE")
         counts = db.execute(
@@ -168,6 +178,32 @@ def _users(db: Any, count: int) -> None:
            is_active, date_joined)
            SELECT %s, false, 'bench' || i, '', '', '', false, true, now() FROM generate_series(0, %s) AS i""",
         [hashed, count - 1],
+    )
+
+
+def _qc_pool(db: Any) -> None:
+    """The load generation's QC items, made once (a database built before them gets them on its next run).
+
+    Some of its open tasks become QC items, as quality_control_set_create
+    leaves them, on solutions made gold with every rating acceptable: the
+    simulated labelers' random ratings always agree, so no one is suspended.
+    """
+    g = f"(SELECT id FROM labeling_generation WHERE number = {LOAD_GENERATION})"
+    have = db.execute(f"SELECT count(*) FROM labeling_task WHERE generation_id = {g} AND kind = 'quality_control'")
+    if have.fetchone()[0]:
+        return
+    solutions = db.execute(
+        f"""UPDATE labeling_task SET kind = 'quality_control', is_quality_control = true
+            WHERE id IN (SELECT id FROM labeling_task WHERE generation_id = {g} ORDER BY id LIMIT %s)
+            RETURNING solution_id""",
+        [QC_POOL],
+    ).fetchall()
+    db.execute(
+        """INSERT INTO labeling_goldstep (solution_id, step_index, negative_ok, neutral_ok, positive_ok, note)
+           SELECT s.id, i, true, true, true, '' FROM labeling_solution s,
+               generate_series(0, jsonb_array_length(s.steps) - 1) AS i
+           WHERE s.id = ANY(%s)""",
+        [[row[0] for row in solutions]],
     )
 
 
