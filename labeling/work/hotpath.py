@@ -521,10 +521,16 @@ def open_generation_ids_sent() -> Callable[[], list[int]]:
 # goes to everyone), minus what this labeler already had: each QC item at most
 # once per person. task_gold_kind_idx (partial: kind other than normal) finds
 # the pool; the two EXISTS ride goldstep's solution index and
-# assignment_one_per_task_and_labeler (task, labeler).
-QUALITY_CONTROL_UNSEEN = """
+# assignment_one_per_task_and_labeler (task, labeler). Its fixed conditions
+# are written in (as IN_PROGRESS below): with the kind passed as a value, the
+# generic plan cannot match the partial index and starts from every gold
+# step there is (every screening and QC solution of every generation); the
+# custom plans PostgreSQL then keeps making cost a planning per draw
+# (docs/benchmarks.md).
+QUALITY_CONTROL_UNSEEN = f"""
     SELECT t.id FROM labeling_task t JOIN labeling_generation g ON g.id = t.generation_id
-    WHERE t.kind = %s AND t.status <> %s AND g.status = %s AND g.phase = %s
+    WHERE t.kind = {fixed_literal(TaskKind.QUALITY_CONTROL)} AND t.status <> {fixed_literal(TaskStatus.RETIRED)}
+      AND g.status = {fixed_literal(GenerationStatus.OPEN)} AND g.phase = {int(Phase.TWO)}
       AND EXISTS (SELECT 1 FROM labeling_goldstep s WHERE s.solution_id = t.solution_id)
       AND NOT EXISTS (SELECT 1 FROM labeling_assignment a WHERE a.task_id = t.id AND a.labeler_id = %s)
     ORDER BY t.id
@@ -533,10 +539,7 @@ QUALITY_CONTROL_UNSEEN = """
 
 def quality_control_unseen_ids(*, labeler_id: int) -> list[int]:
     with _cursor() as cursor:
-        cursor.execute(
-            QUALITY_CONTROL_UNSEEN,
-            [TaskKind.QUALITY_CONTROL, TaskStatus.RETIRED, GenerationStatus.OPEN, Phase.TWO, labeler_id],
-        )
+        cursor.execute(QUALITY_CONTROL_UNSEEN, [labeler_id])
         return [int(row[0]) for row in cursor.fetchall()]
 
 

@@ -1,7 +1,9 @@
 """A hand-out's reads of a labeler's history cost the same after ten assignments or ten thousand.
 
 Every hand-out reads the labeler's current lease (hotpath.LABELER_LOCK) and
-their rolling QC window (labeling.quality.control.ROLLING_WINDOW_IDS). Both
+their rolling QC window (labeling.quality.control.ROLLING_WINDOW_IDS), and
+one in ten looks for the QC items they have not seen
+(hotpath.QUALITY_CONTROL_UNSEEN). Both
 are prepared statements, which PostgreSQL may run with a generic plan, one
 that does not know the values. Each is served by a partial index that only a
 condition written into the statement can match: with the status or the kind
@@ -21,7 +23,7 @@ from django.utils import timezone
 
 from labeling.models import Assignment, AssignmentStatus, LabelerStatus, Task, TaskKind
 from labeling.quality.control import ROLLING_WINDOW_IDS
-from labeling.work.hotpath import LABELER_LOCK
+from labeling.work.hotpath import LABELER_LOCK, QUALITY_CONTROL_UNSEEN, quality_control_unseen_ids
 from labeling.work.queue import assignment_next
 from tests.labeling.gold_factories import make_qc_pool, make_screening_set
 from tests.labeling.workflow_factories import FixedDraw, make_generation, make_labeler, make_task
@@ -100,3 +102,18 @@ def test_the_lease_and_the_qc_window_are_read_through_their_partial_indexes_in_t
     assert "assignment_one_in_progress_per_labeler" in lease, lease
     window = _generic_plan(ROLLING_WINDOW_IDS.format(since=" AND a.started_at > %s"), [labeler.pk, timezone.now(), 20])
     assert "assignment_qc_window_idx" in window and "Sort" not in window, window
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the plans of PostgreSQL's prepared statements")
+def test_the_unseen_qc_items_are_found_through_the_qc_pools_index_in_the_generic_plan():
+    # From the pool (task_gold_kind_idx), not from every gold step of every
+    # screening and QC solution there is.
+    g = make_generation()
+    make_qc_pool(generation=g, size=2)
+    make_screening_set(size=2)
+    labeler = make_labeler()
+    plan = _generic_plan(QUALITY_CONTROL_UNSEEN, [labeler.pk])
+    assert "task_gold_kind_idx" in plan, plan
+    assert sorted(quality_control_unseen_ids(labeler_id=labeler.pk)) == sorted(
+        Task.objects.filter(generation=g, kind=TaskKind.QUALITY_CONTROL).values_list("pk", flat=True)
+    )
