@@ -23,6 +23,7 @@ from django.utils.cache import patch_cache_control
 from django_htmx.http import push_url
 from django_htmx.middleware import HtmxDetails
 
+from annotate.paths import int_path
 from labeling.labelers import labeler_for_user
 from labeling.models import Assignment, Labeler, LabelerStatus
 from labeling.web.forms import ReasonForm
@@ -182,7 +183,8 @@ def next_after_finish(request: HttpRequest, handout: Handout | None = None) -> H
             return redirect("home")
         return redirect("task", pk=following.pk)
     response = task_response(request, following, fresh=fresh, finished=True)
-    return push_url(response, reverse("task", args=[following.pk]) if following else reverse("home"))
+    # int_path: reverse() walked the URL resolver on every submit + next.
+    return push_url(response, int_path("task", following.pk) if following else reverse("home"))
 
 
 def screening_redirect(request: HttpRequest) -> HttpResponse:
