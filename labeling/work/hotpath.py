@@ -2,8 +2,9 @@
 
 Each statement here ran through the ORM first; building and compiling the
 query cost more than PostgreSQL needed to run it (docs/benchmarks.md). Each is
-named, takes its values as parameters (a fixed status of ours is written in
-where a partial index has to be matched, IN_PROGRESS), and says which rule it
+named, takes its values as parameters (a fixed status or kind of ours is
+written in where a partial index has to be matched: IN_PROGRESS,
+QUALITY_CONTROL_UNSEEN), and says which rule it
 enforces and which index it rides; the services around them
 (labeling.work.assignment, rating and queue) hold the logic. Every statement
 runs on SQLite and PostgreSQL (the suite runs on both); where SQLite lacks
@@ -639,7 +640,8 @@ IN_PROGRESS = fixed_literal(AssignmentStatus.IN_PROGRESS)
 
 # The labeler's own row, locked, with their in-progress assignment if they
 # have one (assignment_one_in_progress_per_labeler: at most one) and its task:
-# what a hand-out reads first, in one statement. NO KEY: inserting their new
+# what a hand-out reads first, in one statement. The row's status and the QC
+# window they last passed (labeling.quality.control) are read under the lock. NO KEY: inserting their new
 # assignment (a foreign key to this row) must not wait on it. Primary key,
 # then assignment_one_in_progress_per_labeler (partial: in progress), one
 # probe however many assignments the labeler had.
