@@ -22,7 +22,8 @@ ORM query it replaced (kept here as the reference).
 ``--submit`` measures submit + next instead: each task's steps are rated in
 one batch of presses (not timed), then ``/assignments/<pk>/submit/`` finishes
 it and answers with the next task's panel (timed, and profiled with
-``--profile``), as the load generator's submit does.
+``--profile``), as the load generator's submit does. ``--sections`` then
+times its parts (SECTIONS) on the thread's clock, without a profiler.
 ``--pg-statements`` measures PostgreSQL's side instead: the CPU its backend
 spends on each statement of a key press and of a submit + next, read from
 ``/proc/<pid>/schedstat`` before and after each statement (so PostgreSQL
@@ -69,6 +70,7 @@ def main() -> None:
     parser.add_argument("--dump", help="also write the profile to this file (pstats format)")
     parser.add_argument("--panel", action="store_true", help="measure rendering the fresh task panel alone")
     parser.add_argument("--submit", action="store_true", help="measure submit + next instead of a key press")
+    parser.add_argument("--sections", action="store_true", help="with --submit: then its CPU by part, timed")
     parser.add_argument("--qc-lookup", action="store_true", help="measure the unseen-QC lookup against its ORM form")
     parser.add_argument("--pg-statements", action="store_true", help="PostgreSQL's CPU per statement of each request")
     parser.add_argument("--history", type=int, default=0, help="the labeler starts with this many finished tasks")
@@ -203,13 +205,16 @@ def _submits(client: Any, labeler: Any, args: argparse.Namespace) -> None:
         )
         return a.pk, a.version, len(a.task.solution.steps)
 
-    def submit(profile: cProfile.Profile | None = None) -> float:
-        # The steps rated in one batch (not timed), then the submit (timed, and profiled when given a profile).
+    def submit(profile: cProfile.Profile | None = None, ready: Callable[[], None] | None = None) -> float:
+        # The steps rated in one batch (not timed), then the submit (timed, and
+        # profiled when given a profile; ``ready`` is called just before it).
         pk, version, steps = current()
         body = {"presses": [{"step": i, "completion": 0, "version": version + i, "rating": 1} for i in range(steps)]}
         response = client.post(f"/assignments/{pk}/presses/", data=json.dumps(body), content_type="application/json")
         if response.status_code != 200:
             sys.exit(f"press_cpu: the presses answered {response.status_code}: {response.content[:200]!r}")
+        if ready is not None:
+            ready()
         if profile is not None:
             profile.enable()
         start = time.thread_time()
@@ -231,6 +236,64 @@ def _submits(client: Any, labeler: Any, args: argparse.Namespace) -> None:
         for _ in range(args.presses // 4):
             submit(profile)
         _report(profile, args)
+    if args.sections:
+        _sections(lambda ready: submit(ready=ready), args.presses // 4)
+
+
+# Where submit + next's app CPU goes, on the thread's own clock, without a
+# profiler's cost per call (which inflates small functions several times
+# over): (module, attribute as the caller looks it up, what it is), nested
+# as they run. Each is wrapped in a timer for the measured submits.
+SECTIONS = (
+    ("labeling.web.views", "session_user", "the session (Redis) and the verified user"),
+    ("labeling.web.views", "assignment_submit_and_next", "submit and hand-out, one transaction"),
+    ("labeling.work.rating", "_submit_locked", "  submit: locks, reads, rules, finish"),
+    ("labeling.work.rating", "assignment_lock_row_with_ratings", "    the locking read with the ratings"),
+    ("labeling.work.rating", "assignment_finish", "    the finish"),
+    ("labeling.work.rating", "assignment_next_in_transaction", "  hand-out"),
+    ("labeling.work.queue", "labeler_quality_enforce", "    the rolling QC window judged"),
+    ("labeling.work.queue", "_next_work", "    candidate, its places, the lease"),
+    ("labeling.web.views", "next_after_finish", "the answer: the next task's screen"),
+    ("labeling.web.respond", "task_panel_html", "  the panel's markup"),
+    ("django.db.backends.utils", "CursorWrapper.execute", "statements sent (Django and psycopg), all"),
+    ("psycopg.cursor", "Cursor.fetchone", "rows read (and pipeline answers awaited), all"),
+)
+
+
+def _sections(run: Callable[[Callable[[], None]], float], count: int) -> None:
+    import importlib
+    from collections import defaultdict
+
+    spent: dict[str, int] = defaultdict(int)
+    patches = []
+    for module, attribute, name in SECTIONS:
+        owner: Any = importlib.import_module(module)
+        *path, leaf = attribute.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        original = getattr(owner, leaf)
+
+        def timed(*a: Any, _original: Any = original, _name: str = name, **k: Any) -> Any:
+            start = time.thread_time_ns()
+            try:
+                return _original(*a, **k)
+            finally:
+                spent[_name] += time.thread_time_ns() - start
+
+        patches.append(mock.patch.object(owner, leaf, timed))
+    per_request: dict[str, list[int]] = defaultdict(list)
+    whole: list[float] = []
+    with contextlib.ExitStack() as stack:
+        for patch in patches:
+            stack.enter_context(patch)
+        for _ in range(count):
+            whole.append(run(spent.clear))
+            for _module, _attribute, name in SECTIONS:
+                per_request[name].append(spent.get(name, 0))
+    print(f"where it goes, medians of {count} (the whole request with these timers in: "
+          f"{statistics.median(whole) * 1e6:.0f} us):")  # fmt: skip
+    for _module, _attribute, name in SECTIONS:
+        print(f"{statistics.median(per_request[name]) / 1000:8.0f} us  {name}")
 
 
 def _panels(assignment: Any, args: argparse.Namespace) -> None:
