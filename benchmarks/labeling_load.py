@@ -181,30 +181,33 @@ def _users(db: Any, count: int) -> None:
     )
 
 
-def _qc_pool(db: Any) -> None:
-    """The load generation's QC items, made once (a database built before them gets them on its next run).
+# Tasks made QC items, as quality_control_set_create leaves them, on
+# solutions made gold with every rating acceptable: whatever a simulated
+# labeler rates, they agree, so no one is suspended. One parameter: the task
+# ids. Also benchmarks/press_cpu.py's (--qc-window).
+QC_ITEMS_ANY_RATING = """
+    WITH made AS (
+        UPDATE labeling_task SET kind = 'quality_control', is_quality_control = true
+        WHERE id = ANY(%s) RETURNING solution_id
+    )
+    INSERT INTO labeling_goldstep (solution_id, step_index, negative_ok, neutral_ok, positive_ok, note)
+    SELECT s.id, i, true, true, true, '' FROM labeling_solution s JOIN made ON made.solution_id = s.id,
+        generate_series(0, jsonb_array_length(s.steps) - 1) AS i
+    ON CONFLICT DO NOTHING
+"""
 
-    Some of its open tasks become QC items, as quality_control_set_create
-    leaves them, on solutions made gold with every rating acceptable: the
-    simulated labelers' random ratings always agree, so no one is suspended.
+
+def _qc_pool(db: Any) -> None:
+    """The load generation's QC items (QC_ITEMS_ANY_RATING), made once.
+
+    A database built before them gets them on its next run.
     """
     g = f"(SELECT id FROM labeling_generation WHERE number = {LOAD_GENERATION})"
     have = db.execute(f"SELECT count(*) FROM labeling_task WHERE generation_id = {g} AND kind = 'quality_control'")
     if have.fetchone()[0]:
         return
-    solutions = db.execute(
-        f"""UPDATE labeling_task SET kind = 'quality_control', is_quality_control = true
-            WHERE id IN (SELECT id FROM labeling_task WHERE generation_id = {g} ORDER BY id LIMIT %s)
-            RETURNING solution_id""",
-        [QC_POOL],
-    ).fetchall()
-    db.execute(
-        """INSERT INTO labeling_goldstep (solution_id, step_index, negative_ok, neutral_ok, positive_ok, note)
-           SELECT s.id, i, true, true, true, '' FROM labeling_solution s,
-               generate_series(0, jsonb_array_length(s.steps) - 1) AS i
-           WHERE s.id = ANY(%s)""",
-        [[row[0] for row in solutions]],
-    )
+    tasks = db.execute(f"SELECT id FROM labeling_task WHERE generation_id = {g} ORDER BY id LIMIT %s", [QC_POOL])
+    db.execute(QC_ITEMS_ANY_RATING, [[row[0] for row in tasks.fetchall()]])
 
 
 def _reset_load(db: Any) -> None:

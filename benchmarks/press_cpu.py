@@ -166,9 +166,11 @@ def _qc_window(labeler_id: int, items: int) -> None:
     # A labeler past their first hundred tasks: a full rolling QC window,
     # which every hand-out of theirs judges (labeler_quality_enforce). Some
     # finished assignments of the benchmark's history are made theirs and
-    # made QC items, on solutions made gold with every rating acceptable, so
-    # the labeler passes (this is a copy of the benchmark's database).
+    # their tasks QC items that any rating passes, so the labeler passes
+    # (this is a copy of the benchmark's database).
     from django.db import connection
+
+    from benchmarks.labeling_load import QC_ITEMS_ANY_RATING
 
     with connection.cursor() as cursor:
         cursor.execute(
@@ -178,20 +180,7 @@ def _qc_window(labeler_id: int, items: int) -> None:
                FROM picked WHERE a.id = picked.id RETURNING a.task_id""",
             [labeler_id, items, labeler_id],
         )
-        tasks = [row[0] for row in cursor.fetchall()]
-        cursor.execute(
-            """UPDATE labeling_task SET kind = 'quality_control', is_quality_control = true
-               WHERE id = ANY(%s) RETURNING solution_id""",
-            [tasks],
-        )
-        solutions = [row[0] for row in cursor.fetchall()]
-        cursor.execute(
-            """INSERT INTO labeling_goldstep (solution_id, step_index, negative_ok, neutral_ok, positive_ok, note)
-               SELECT s.id, i, true, true, true, '' FROM labeling_solution s,
-                   generate_series(0, jsonb_array_length(s.steps) - 1) i
-               WHERE s.id = ANY(%s) ON CONFLICT DO NOTHING""",
-            [solutions],
-        )
+        cursor.execute(QC_ITEMS_ANY_RATING, [[row[0] for row in cursor.fetchall()]])
 
 
 def _submits(client: Any, labeler: Any, args: argparse.Namespace) -> None:

@@ -641,10 +641,10 @@ IN_PROGRESS = fixed_literal(AssignmentStatus.IN_PROGRESS)
 # The labeler's own row, locked, with their in-progress assignment if they
 # have one (assignment_one_in_progress_per_labeler: at most one) and its task:
 # what a hand-out reads first, in one statement. The row's status and the QC
-# window they last passed (labeling.quality.control) are read under the lock. NO KEY: inserting their new
-# assignment (a foreign key to this row) must not wait on it. Primary key,
-# then assignment_one_in_progress_per_labeler (partial: in progress), one
-# probe however many assignments the labeler had.
+# window they last passed (labeling.quality.control) are read under the
+# lock. NO KEY: inserting their new assignment (a foreign key to this row)
+# must not wait on it. Primary key, then assignment_one_in_progress_per_labeler
+# (partial: in progress), one probe however many assignments the labeler had.
 LABELER_LOCK = f"""
     SELECT l.status, l.status_reason, l.status_changed_at, l.qc_window_passed,
            a.id AS a_id, a.task_id AS a_task_id, a.status AS a_status, a.started_at AS a_started_at,
