@@ -279,10 +279,11 @@ def _sections(run: Callable[[Callable[[], None]], float], count: int) -> None:
             whole.append(run(spent.clear))
             for _module, _attribute, name in SECTIONS:
                 per_request[name].append(spent.get(name, 0))
-    print(f"where it goes, medians of {count} (the whole request with these timers in: "
+    print(f"where it goes, medians (and means) of {count} (the whole request with these timers in: "
           f"{statistics.median(whole) * 1e6:.0f} us):")  # fmt: skip
     for _module, _attribute, name in SECTIONS:
-        print(f"{statistics.median(per_request[name]) / 1000:8.0f} us  {name}")
+        median, mean = statistics.median(per_request[name]) / 1000, statistics.mean(per_request[name]) / 1000
+        print(f"{median:8.0f} us (mean {mean:6.0f})  {name}")
 
 
 def _panels(assignment: Any, args: argparse.Namespace) -> None:

@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import Exists, OuterRef, QuerySet
 
-from annotate.postgresql import fixed_literal, statement_sent
+from annotate.postgresql import fixed_literal, prepared_cursor, statement_sent
 from labeling.labelers import labeler_set_status
 from labeling.models import (
     SCREENING_GENERATION,
@@ -48,8 +48,13 @@ def gold_for(*, solution_ids: Iterable[int]) -> dict[int, Gold]:
     for solution_id, index, neg, neu, pos in GoldStep.objects.filter(solution_id__in=set(solution_ids)).values_list(
         "solution_id", "step_index", "negative_ok", "neutral_ok", "positive_ok"
     ):
-        acceptable[solution_id][index] = frozenset(r for r, ok in ((-1, neg), (0, neu), (1, pos)) if ok)
+        acceptable[solution_id][index] = _acceptable(neg, neu, pos)
     return {sid: Gold(acceptable=steps, step_count=len(steps)) for sid, steps in acceptable.items()}
+
+
+def _acceptable(negative_ok: Any, neutral_ok: Any, positive_ok: Any) -> frozenset[int]:
+    # SQLite hands a raw query its booleans as 0 and 1.
+    return frozenset(r for r, ok in ((-1, negative_ok), (0, neutral_ok), (1, positive_ok)) if ok)
 
 
 def own_ratings_for(*, assignment_ids: Iterable[int]) -> dict[int, dict[int, int | None]]:
@@ -89,22 +94,29 @@ def gold_outcomes(assignments: QuerySet[Assignment]) -> list[GoldOutcome]:
     ratings = own_ratings_for(assignment_ids=(r[0] for r in rows))
     outcomes = []
     for pk, labeler_id, task_id, solution_id, status, finish_reason, submitted_at in rows:
-        g = gold[solution_id]
-        mine = ratings.get(pk, {})
-        submitted = status == AssignmentStatus.SUBMITTED
-        agreed, rated = steps_agreeing(gold=g, ratings=mine)
+        agrees, agreed, rated = _judged(gold[solution_id], ratings.get(pk, {}), status, finish_reason)
         outcomes.append(
             GoldOutcome(
                 assignment_id=pk,
                 labeler_id=labeler_id,
                 task_id=task_id,
                 submitted_at=submitted_at,
-                agrees=submitted and solution_agrees(gold=g, ratings=mine, finish_reason=finish_reason),
+                agrees=agrees,
                 steps_agreed=agreed,
                 steps_rated=rated,
             )
         )
     return outcomes
+
+
+def _judged(
+    gold: Gold, ratings: dict[int, int | None], status: str, finish_reason: str | None
+) -> tuple[bool, int, int]:
+    # (agrees, steps agreeing, steps rated) of one finished gold item; one
+    # that expired unsubmitted disagrees.
+    agreed, rated = steps_agreeing(gold=gold, ratings=ratings)
+    submitted = status == AssignmentStatus.SUBMITTED
+    return submitted and solution_agrees(gold=gold, ratings=ratings, finish_reason=finish_reason), agreed, rated
 
 
 @dataclass(frozen=True)
@@ -272,7 +284,7 @@ def labeler_rolling_quality(*, labeler: Labeler) -> AgreementSummary:
     Counting only since the last status change means a reinstated labeler
     starts with a clean window instead of being suspended again at once.
     """
-    return summarise(gold_outcomes(Assignment.objects.filter(pk__in=_rolling_window_ids(labeler=labeler))))
+    return window_quality(_rolling_window_ids(labeler=labeler))
 
 
 # The rolling window: the labeler's last finished QC items (newest first)
@@ -339,7 +351,7 @@ def labeler_quality_enforce(
     digest = _window_digest(labeler=labeler, window=window)
     if digest == labeler.qc_window_passed:
         return False
-    quality = summarise(gold_outcomes(Assignment.objects.filter(pk__in=window)))
+    quality = window_quality(window)
     rate = quality.rate
     if quality.items < settings.QC_MIN_ITEMS or rate is None or rate >= settings.QC_SUSPEND_BELOW:
         Labeler.objects.filter(pk=labeler.pk).update(qc_window_passed=digest)
@@ -354,6 +366,77 @@ def labeler_quality_enforce(
         ),
         expected={LabelerStatus.ACTIVE},
         now=now,
+    )
+
+
+# A window's items, their solutions' gold steps and their own ratings: what
+# window_quality judges, in three statements written out rather than
+# gold_outcomes's three ORM queries, whose building cost several times their
+# running (docs/benchmarks.md): a labeler's window is scored on about one
+# hand-out in ten. The gold is read by solution, with the window's solutions
+# as a subquery: joined to the tasks directly, the planner merged the gold
+# steps with every task by solution (an index scan of the whole task table,
+# 50 ms). An item whose solution has no gold is left out, as gold_outcomes
+# leaves it out. Primary keys; gold_step_unique (solution, step); then
+# labeled_step_unique_index (assignment, index) and
+# step_rating_one_per_completion (step, completion).
+WINDOW_ITEMS = """
+    SELECT a.id, a.status, a.finish_reason, t.solution_id
+    FROM labeling_assignment a JOIN labeling_task t ON t.id = a.task_id
+    WHERE a.id IN ({ids})
+"""
+WINDOW_GOLD = """
+    SELECT g.solution_id, g.step_index, g.negative_ok, g.neutral_ok, g.positive_ok
+    FROM labeling_goldstep g
+    WHERE g.solution_id IN (SELECT t.solution_id FROM labeling_assignment a JOIN labeling_task t ON t.id = a.task_id
+                            WHERE a.id IN ({ids}))
+"""
+WINDOW_RATINGS = """
+    SELECT s.assignment_id, s."index", r.rating
+    FROM labeling_labeledstep s JOIN labeling_steprating r ON r.step_id = s.id
+    WHERE s.assignment_id IN ({ids}) AND r.completion_index = 0
+"""
+
+
+def window_quality(assignment_ids: Sequence[int]) -> AgreementSummary:
+    """summarise(gold_outcomes(...)) of these finished gold items, in three statements (one round trip).
+
+    The same judgement (_judged) of the same rows; the rolling window's.
+    """
+    if not assignment_ids:
+        return summarise([])
+    ids, params = ", ".join(["%s"] * len(assignment_ids)), list(assignment_ids)
+    # All three sent before any is read: inside labeling.work.hotpath.pipelined()
+    # they travel together. Prepared (annotate.postgresql), one statement per
+    # window length (QC_MIN_ITEMS to QC_WINDOW of them): keyed by primary
+    # keys, their plans do not depend on the values, and planning the three
+    # afresh was half of their PostgreSQL time.
+    with (
+        prepared_cursor(connection) as items,
+        prepared_cursor(connection) as gold_steps,
+        prepared_cursor(connection) as own,
+    ):
+        items.execute(WINDOW_ITEMS.format(ids=ids), params)
+        gold_steps.execute(WINDOW_GOLD.format(ids=ids), params)
+        own.execute(WINDOW_RATINGS.format(ids=ids), params)
+        item_rows, gold_rows, rating_rows = items.fetchall(), gold_steps.fetchall(), own.fetchall()
+    acceptable: dict[int, dict[int, frozenset[int]]] = defaultdict(dict)
+    for solution_id, index, neg, neu, pos in gold_rows:
+        acceptable[solution_id][index] = _acceptable(neg, neu, pos)
+    gold = {sid: Gold(acceptable=steps, step_count=len(steps)) for sid, steps in acceptable.items()}
+    ratings: dict[int, dict[int, int | None]] = defaultdict(dict)
+    for pk, index, rating in rating_rows:
+        ratings[pk][index] = rating
+    judged = [
+        _judged(gold[solution_id], ratings.get(pk, {}), status, finish_reason)
+        for pk, status, finish_reason, solution_id in item_rows
+        if solution_id in gold
+    ]
+    return AgreementSummary(
+        items=len(judged),
+        agreed=sum(agrees for agrees, _, _ in judged),
+        steps_rated=sum(rated for _, _, rated in judged),
+        steps_agreed=sum(agreed for _, agreed, _ in judged),
     )
 
 

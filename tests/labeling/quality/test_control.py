@@ -14,18 +14,32 @@ from django.utils import timezone
 
 from labeling.data.exports import iter_prm800k_records
 from labeling.labelers import labeler_set_status
-from labeling.models import Assignment, AssignmentStatus, Labeler, LabelerStatus, Solution, Task, TaskKind
+from labeling.models import (
+    Assignment,
+    AssignmentStatus,
+    LabeledStep,
+    Labeler,
+    LabelerStatus,
+    Solution,
+    StepRating,
+    Task,
+    TaskKind,
+)
 from labeling.quality.control import (
     generation_gold_agreement,
     generation_inter_annotator_agreement,
     generation_inter_annotator_agreement_by_pair,
+    gold_outcomes,
     labeler_gold_agreement,
     labeler_quality_enforce,
     labeler_rolling_quality,
     overlap_labelers_needed,
+    summarise,
+    window_quality,
 )
 from labeling.quality.gold import gold_set, gold_steps_for_errors
 from labeling.work.queue import LabelerMayNotWork, assignment_next, assignment_next_in_transaction
+from labeling.work.rating import step_rate
 from tests.labeling.gold_factories import AGREE, DISAGREE, label, make_qc_pool, make_screening_set, next_for
 from tests.labeling.workflow_factories import make_generation, make_labeler, make_task
 
@@ -179,6 +193,48 @@ def test_a_passed_window_is_scored_once_and_not_again_until_it_changes(settings)
     settings.QC_RATE = 1.0
     label(next_for(labeler=labeler, rng=rng), DISAGREE)  # a fourth checked item: a new window, scored
     assert _judged(labeler) == (False, scoring)
+
+
+def test_the_window_is_judged_as_every_other_agreement_figure_is(settings):
+    # window_quality (the rolling window, read by its own statements) against
+    # gold_outcomes (the admin's and the API's figures, through the ORM) on
+    # the same items: agreeing, disagreeing, given up, expired, on gold with
+    # and without an error, a rated alternative (not the solution's own step:
+    # not judged), and an item that is not gold at all (left out).
+    settings.QC_RATE = 1.0
+    settings.QC_MIN_ITEMS = 1000  # no suspension while the items are made
+    g = make_generation()
+    make_qc_pool(generation=g, size=4)
+    make_qc_pool(generation=g, size=3, error_steps=())
+    for _ in range(3):
+        make_task(generation=g)
+    labeler = make_labeler()
+    rng = random.Random(9)
+    items = []
+    for pattern in (AGREE, DISAGREE, [1, 1, 1, 1, 1], [1, -1], [0, 1, -1], "give up", "expire"):
+        item = next_for(labeler=labeler, rng=rng)
+        assert item.task.kind == TaskKind.QUALITY_CONTROL
+        if pattern == "give up":  # one step rated, then given up
+            step_rate(assignment_id=item.pk, user_id=None, step_index=0, completion_index=0, rating=1,
+                      flagged=False, version=1)  # fmt: skip
+            _finish(item)
+        elif pattern == "expire":
+            Assignment.objects.filter(pk=item.pk).update(status=AssignmentStatus.EXPIRED)
+        else:
+            label(item, pattern)
+        items.append(item)
+    step = LabeledStep.objects.get(assignment=items[0], index=0)
+    StepRating.objects.create(step=step, completion_index=1, text="another way", rating=-1, version=99)
+    settings.QC_RATE = 0.0
+    normal = next_for(labeler=labeler, rng=rng)
+    label(normal, AGREE)
+    ids = [a.pk for a in (*items, normal)]
+
+    judged = window_quality(ids)
+    assert judged == summarise(gold_outcomes(Assignment.objects.filter(pk__in=ids)))
+    assert judged.items == 7 and 0 < judged.agreed < 5 and 0 < judged.steps_agreed < judged.steps_rated
+    assert window_quality(ids[:3]) == summarise(gold_outcomes(Assignment.objects.filter(pk__in=ids[:3])))
+    assert window_quality([]).items == 0
 
 
 def test_a_passed_window_is_judged_again_by_corrected_gold(settings):

@@ -22,7 +22,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from labeling.models import Assignment, AssignmentStatus, LabelerStatus, Task, TaskKind
-from labeling.quality.control import ROLLING_WINDOW_IDS
+from labeling.quality.control import ROLLING_WINDOW_IDS, WINDOW_GOLD, WINDOW_ITEMS, WINDOW_RATINGS
 from labeling.work.hotpath import LABELER_LOCK, QUALITY_CONTROL_UNSEEN, quality_control_unseen_ids
 from labeling.work.queue import assignment_next
 from tests.labeling.gold_factories import make_qc_pool, make_screening_set
@@ -117,3 +117,28 @@ def test_the_unseen_qc_items_are_found_through_the_qc_pools_index_in_the_generic
     assert sorted(quality_control_unseen_ids(labeler_id=labeler.pk)) == sorted(
         Task.objects.filter(generation=g, kind=TaskKind.QUALITY_CONTROL).values_list("pk", flat=True)
     )
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the plans of PostgreSQL's prepared statements")
+def test_a_windows_items_and_gold_are_reached_from_its_assignment_ids():
+    # labeling.quality.control.window_quality: the window's assignments by
+    # primary key, their tasks from them (id = a.task_id), the gold by the
+    # solutions found there. An earlier form joined the gold to the tasks
+    # directly, and on the load benchmark's database PostgreSQL merged the
+    # gold steps with the whole task table in solution order (50 ms). A
+    # database this small does not bring that plan out; the subquery's shape
+    # is what rules it out, and this pins the access paths it leads to.
+    g = make_generation()
+    pool = make_qc_pool(generation=g, size=3)
+    for _ in range(3):
+        make_task(generation=g)
+    ids = [Assignment.objects.create(task=task, labeler=make_labeler()).pk for task in pool]
+    placeholders = ", ".join(["%s"] * len(ids))
+    for statement in (WINDOW_ITEMS, WINDOW_GOLD):
+        plan = _generic_plan(statement.format(ids=placeholders), ids)
+        assert "labeling_assignment_pkey" in plan and "labeling_task_pkey" in plan, plan
+        assert "(id = a.task_id)" in plan and "labeling_task_solution_id" not in plan, plan
+    gold = _generic_plan(WINDOW_GOLD.format(ids=placeholders), ids)
+    assert "(solution_id = t.solution_id)" in gold, gold
+    ratings = _generic_plan(WINDOW_RATINGS.format(ids=placeholders), ids)
+    assert "labeling_labeledstep_assignment_id" in ratings or "labeled_step_unique_index" in ratings, ratings
