@@ -2,8 +2,8 @@
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/annotate_prof CACHE_URL=redis://127.0.0.1:6379/9 \\
       DEBUG=false SECRET_KEY=... .venv/bin/python benchmarks/press_cpu.py [--rounds 8] [--presses 200] \\
-      [--profile [--sort tottime] [--lines 60] [--dump FILE]] [--submit | --panel | --qc-lookup | --pg-statements]
-      [--history N] [--qc-window N]
+      [--profile [--sort tottime] [--lines 60] [--dump FILE]]
+      [--submit | --panel | --qc-lookup | --qc-scoring | --pg-statements] [--history N] [--qc-window N]
 
 Run it on a copy of the benchmark database (``createdb -T annotate_bench_hotpath
 annotate_prof``): it signs up a labeler, takes a task and rates its first step
@@ -16,6 +16,9 @@ then prints a cProfile of the pipelined press on the same clock.
 ``--panel`` measures rendering the task panel of a fresh task (what submit
 + next answers with) and its step rows alone, outside any request
 (``--profile``: then profiles the panel).
+``--qc-scoring`` (with ``--qc-window N``) measures scoring that window
+(``labeling.quality.control.window_quality``, on about one hand-out in ten)
+against the ORM queries of ``gold_outcomes`` that scored it before.
 ``--qc-lookup`` measures the unseen-QC lookup a hand-out makes on a QC draw
 (10 % of them), ``hotpath.QUALITY_CONTROL_UNSEEN``, alternating with the
 ORM query it replaced (kept here as the reference).
@@ -72,6 +75,8 @@ def main() -> None:
     parser.add_argument("--submit", action="store_true", help="measure submit + next instead of a key press")
     parser.add_argument("--sections", action="store_true", help="with --submit: then its CPU by part, timed")
     parser.add_argument("--qc-lookup", action="store_true", help="measure the unseen-QC lookup against its ORM form")
+    parser.add_argument("--qc-scoring", action="store_true",
+                        help="with --qc-window: measure scoring that window against its ORM form")  # fmt: skip
     parser.add_argument("--pg-statements", action="store_true", help="PostgreSQL's CPU per statement of each request")
     parser.add_argument("--history", type=int, default=0, help="the labeler starts with this many finished tasks")
     parser.add_argument("--qc-window", type=int, default=0, help="and with this many checked QC items, all passed")
@@ -132,6 +137,9 @@ def main() -> None:
         return
     if args.qc_lookup:
         _qc_lookups(labeler.pk, args)
+        return
+    if args.qc_scoring:
+        _qc_scorings(labeler, args)
         return
     if args.pg_statements:
         _pg_statements(client, labeler, assignment, args)
@@ -362,6 +370,55 @@ def _qc_lookups(labeler_id: int, args: argparse.Namespace) -> None:
     for name, values in cpu.items():
         print(f"app CPU per unseen-QC lookup, {name}: median {statistics.median(values):.3f} ms "
               f"(rounds: {' '.join(f'{v:.2f}' for v in values)})")  # fmt: skip
+
+
+def _qc_scorings(labeler: Any, args: argparse.Namespace) -> None:
+    # A changed rolling window scored (labeler_quality_enforce, about one
+    # hand-out in ten): window_quality's three statements against the ORM
+    # queries of gold_outcomes, which scored it before. App CPU on the
+    # thread's clock, PostgreSQL's from its backend's schedstat.
+    from django.db import connection
+
+    from labeling.models import Assignment
+    from labeling.quality.control import _rolling_window_ids, gold_outcomes, summarise, window_quality
+
+    window = _rolling_window_ids(labeler=labeler)
+    if len(window) < 10:
+        sys.exit("press_cpu: --qc-scoring needs --qc-window 10 or more")
+
+    def orm() -> Any:
+        return summarise(gold_outcomes(Assignment.objects.filter(pk__in=window)))
+
+    def statements() -> Any:
+        return window_quality(window)
+
+    if orm() != statements():
+        sys.exit("press_cpu: the statements and the ORM queries judge the window differently")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+
+    def backend_ns() -> int:
+        with open(f"/proc/{pid}/schedstat") as stat:
+            return int(stat.read().split()[0])
+
+    spent: dict[str, list[tuple[float, float]]] = {"ORM queries": [], "statements": []}
+    for scoring in (orm, statements):
+        for _ in range(20):  # warm: the prepared statements
+            scoring()
+    for _ in range(args.rounds):
+        for name, scoring in (("ORM queries", orm), ("statements", statements)):
+            start, pg = time.thread_time(), backend_ns()
+            for _ in range(args.presses):
+                scoring()
+            time.sleep(0.001)  # the backend's last microseconds reach schedstat
+            spent[name].append(((time.thread_time() - start) / args.presses * 1e6,
+                                (backend_ns() - pg) / args.presses / 1e3))  # fmt: skip
+    print(f"scoring a window of {len(window)} QC items, medians of {args.rounds} rounds of {args.presses}:")
+    for name, values in spent.items():
+        app, pg = (statistics.median(v) for v in zip(*values, strict=True))
+        print(f"  {name:<12} app CPU {app:6.0f} us, PostgreSQL CPU {pg:6.0f} us "
+              f"(app rounds: {' '.join(f'{v[0]:.0f}' for v in values)})")  # fmt: skip
 
 
 def _pg_statements(client: Any, labeler: Any, assignment: Any, args: argparse.Namespace) -> None:

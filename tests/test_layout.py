@@ -192,7 +192,7 @@ def test_it_sees_lazy_imports_and_circles() -> None:
 # statements the ORM cannot express at all.
 RAW_SQL_ALLOWED = {
     "labeling.work.hotpath": "a rating click and a hand-out (the benchmarks in docs/benchmarks.md)",
-    "labeling.quality.control": "the rolling QC window, read on every hand-out",
+    "labeling.quality.control": "the rolling QC window, read on every hand-out and scored when it changes",
     "labeling.labelers": "the request's labeler row, read on every submit + next",
     "labeling.work.candidates": "claiming a candidate slot: an upsert that says whether it wrote (RETURNING)",
     "labeling.data.snapshot": "the isolation level of a long read (SET TRANSACTION, BEGIN DEFERRED)",
