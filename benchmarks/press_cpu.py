@@ -372,12 +372,26 @@ def _qc_lookups(labeler_id: int, args: argparse.Namespace) -> None:
               f"(rounds: {' '.join(f'{v:.2f}' for v in values)})")  # fmt: skip
 
 
+def _backend_clock() -> Callable[[], int]:
+    """CPU nanoseconds of this connection's PostgreSQL backend so far (its /proc schedstat: same machine only)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+
+    def backend_ns() -> int:
+        with open(f"/proc/{pid}/schedstat") as stat:
+            return int(stat.read().split()[0])
+
+    return backend_ns
+
+
 def _qc_scorings(labeler: Any, args: argparse.Namespace) -> None:
     # A changed rolling window scored (labeler_quality_enforce, about one
     # hand-out in ten): window_quality's three statements against the ORM
     # queries of gold_outcomes, which scored it before. App CPU on the
     # thread's clock, PostgreSQL's from its backend's schedstat.
-    from django.db import connection
 
     from labeling.models import Assignment
     from labeling.quality.control import _rolling_window_ids, gold_outcomes, summarise, window_quality
@@ -394,13 +408,7 @@ def _qc_scorings(labeler: Any, args: argparse.Namespace) -> None:
 
     if orm() != statements():
         sys.exit("press_cpu: the statements and the ORM queries judge the window differently")
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        pid = cursor.fetchone()[0]
-
-    def backend_ns() -> int:
-        with open(f"/proc/{pid}/schedstat") as stat:
-            return int(stat.read().split()[0])
+    backend_ns = _backend_clock()
 
     spent: dict[str, list[tuple[float, float]]] = {"ORM queries": [], "statements": []}
     for scoring in (orm, statements):
@@ -429,13 +437,7 @@ def _pg_statements(client: Any, labeler: Any, assignment: Any, args: argparse.Na
     import labeling.work.rating as rating
     from labeling.models import Assignment, AssignmentStatus
 
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        pid = cursor.fetchone()[0]
-
-    def backend_ns() -> int:
-        with open(f"/proc/{pid}/schedstat") as stat:
-            return int(stat.read().split()[0])
+    backend_ns = _backend_clock()
 
     spent: list[tuple[str, int]] = []
 
