@@ -44,25 +44,35 @@ GOLD_KINDS = (TaskKind.SCREENING, TaskKind.QUALITY_CONTROL)
 
 def gold_for(*, solution_ids: Iterable[int]) -> dict[int, Gold]:
     """Gold per solution id, for the solutions that are gold (one query)."""
+    return _gold_of(
+        GoldStep.objects.filter(solution_id__in=set(solution_ids)).values_list(
+            "solution_id", "step_index", "negative_ok", "neutral_ok", "positive_ok"
+        )
+    )
+
+
+def _gold_of(rows: Iterable[tuple[int, int, Any, Any, Any]]) -> dict[int, Gold]:
+    # Gold per solution from (solution, step, negative_ok, neutral_ok,
+    # positive_ok) rows; SQLite hands a raw query its booleans as 0 and 1.
     acceptable: dict[int, dict[int, frozenset[int]]] = defaultdict(dict)
-    for solution_id, index, neg, neu, pos in GoldStep.objects.filter(solution_id__in=set(solution_ids)).values_list(
-        "solution_id", "step_index", "negative_ok", "neutral_ok", "positive_ok"
-    ):
-        acceptable[solution_id][index] = _acceptable(neg, neu, pos)
+    for solution_id, index, neg, neu, pos in rows:
+        acceptable[solution_id][index] = frozenset(r for r, ok in ((-1, neg), (0, neu), (1, pos)) if ok)
     return {sid: Gold(acceptable=steps, step_count=len(steps)) for sid, steps in acceptable.items()}
-
-
-def _acceptable(negative_ok: Any, neutral_ok: Any, positive_ok: Any) -> frozenset[int]:
-    # SQLite hands a raw query its booleans as 0 and 1.
-    return frozenset(r for r, ok in ((-1, negative_ok), (0, neutral_ok), (1, positive_ok)) if ok)
 
 
 def own_ratings_for(*, assignment_ids: Iterable[int]) -> dict[int, dict[int, int | None]]:
     """Per assignment: step index -> rating of the solution's own step (completion 0) (one query)."""
+    return _ratings_of(
+        StepRating.objects.filter(step__assignment_id__in=set(assignment_ids), completion_index=0).values_list(
+            "step__assignment_id", "step__index", "rating"
+        )
+    )
+
+
+def _ratings_of(rows: Iterable[tuple[int, int, int | None]]) -> dict[int, dict[int, int | None]]:
+    # Per assignment, step index -> rating, from (assignment, step, rating) rows.
     ratings: dict[int, dict[int, int | None]] = defaultdict(dict)
-    for assignment_id, index, rating in StepRating.objects.filter(
-        step__assignment_id__in=set(assignment_ids), completion_index=0
-    ).values_list("step__assignment_id", "step__index", "rating"):
+    for assignment_id, index, rating in rows:
         ratings[assignment_id][index] = rating
     return ratings
 
@@ -419,14 +429,7 @@ def window_quality(assignment_ids: Sequence[int]) -> AgreementSummary:
         items.execute(WINDOW_ITEMS.format(ids=ids), params)
         gold_steps.execute(WINDOW_GOLD.format(ids=ids), params)
         own.execute(WINDOW_RATINGS.format(ids=ids), params)
-        item_rows, gold_rows, rating_rows = items.fetchall(), gold_steps.fetchall(), own.fetchall()
-    acceptable: dict[int, dict[int, frozenset[int]]] = defaultdict(dict)
-    for solution_id, index, neg, neu, pos in gold_rows:
-        acceptable[solution_id][index] = _acceptable(neg, neu, pos)
-    gold = {sid: Gold(acceptable=steps, step_count=len(steps)) for sid, steps in acceptable.items()}
-    ratings: dict[int, dict[int, int | None]] = defaultdict(dict)
-    for pk, index, rating in rating_rows:
-        ratings[pk][index] = rating
+        item_rows, gold, ratings = items.fetchall(), _gold_of(gold_steps.fetchall()), _ratings_of(own.fetchall())
     judged = [
         _judged(gold[solution_id], ratings.get(pk, {}), status, finish_reason)
         for pk, status, finish_reason, solution_id in item_rows
