@@ -21,7 +21,8 @@ then prints a cProfile of the pipelined press on the same clock.
 against the ORM queries of ``gold_outcomes`` that scored it before.
 ``--qc-lookup`` measures the unseen-QC lookup a hand-out makes on a QC draw
 (10 % of them), ``hotpath.QUALITY_CONTROL_UNSEEN``, alternating with the
-ORM query it replaced (kept here as the reference).
+ORM query it replaced (kept here as the reference); both print app and
+PostgreSQL CPU.
 ``--submit`` measures submit + next instead: each task's steps are rated in
 one batch of presses (not timed), then ``/assignments/<pk>/submit/`` finishes
 it and answers with the next task's panel (timed, and profiled with
@@ -357,19 +358,31 @@ def _qc_lookups(labeler_id: int, args: argparse.Namespace) -> None:
 
     if orm() != statement():
         sys.exit("press_cpu: the statement and its ORM form disagree")
-    cpu: dict[str, list[float]] = {"ORM query": [], "statement": []}
-    for lookup in (orm, statement):
-        for _ in range(50):  # warm: the prepared statement
-            lookup()
+    _forms_compared("an unseen-QC lookup", {"ORM query": orm, "statement": statement}, args, warm=50)
+
+
+def _forms_compared(what: str, forms: dict[str, Callable[[], object]], args: argparse.Namespace, warm: int) -> None:
+    # Two forms of one read, alternating (--rounds of --presses runs each,
+    # after ``warm`` runs for the prepared statements): app CPU on the
+    # thread's clock, PostgreSQL's from its backend's schedstat; medians.
+    backend_ns = _backend_clock()
+    for form in forms.values():
+        for _ in range(warm):
+            form()
+    spent: dict[str, list[tuple[float, float]]] = {name: [] for name in forms}
     for _ in range(args.rounds):
-        for name, lookup in (("ORM query", orm), ("statement", statement)):
-            start = time.thread_time()
+        for name, form in forms.items():
+            start, pg = time.thread_time(), backend_ns()
             for _ in range(args.presses):
-                lookup()
-            cpu[name].append((time.thread_time() - start) / args.presses * 1000)
-    for name, values in cpu.items():
-        print(f"app CPU per unseen-QC lookup, {name}: median {statistics.median(values):.3f} ms "
-              f"(rounds: {' '.join(f'{v:.2f}' for v in values)})")  # fmt: skip
+                form()
+            time.sleep(0.001)  # the backend's last microseconds reach schedstat
+            spent[name].append(((time.thread_time() - start) / args.presses * 1e6,
+                                (backend_ns() - pg) / args.presses / 1e3))  # fmt: skip
+    print(f"{what}, medians of {args.rounds} rounds of {args.presses}:")
+    for name, values in spent.items():
+        app, pg = (statistics.median(v) for v in zip(*values, strict=True))
+        print(f"  {name:<12} app CPU {app:6.0f} us, PostgreSQL CPU {pg:6.0f} us "
+              f"(app rounds: {' '.join(f'{v[0]:.0f}' for v in values)})")  # fmt: skip
 
 
 def _backend_clock() -> Callable[[], int]:
@@ -390,9 +403,7 @@ def _backend_clock() -> Callable[[], int]:
 def _qc_scorings(labeler: Any, args: argparse.Namespace) -> None:
     # A changed rolling window scored (labeler_quality_enforce, about one
     # hand-out in ten): window_quality's three statements against the ORM
-    # queries of gold_outcomes, which scored it before. App CPU on the
-    # thread's clock, PostgreSQL's from its backend's schedstat.
-
+    # queries of gold_outcomes, which scored it before.
     from labeling.models import Assignment
     from labeling.quality.control import _rolling_window_ids, gold_outcomes, summarise, window_quality
 
@@ -408,25 +419,8 @@ def _qc_scorings(labeler: Any, args: argparse.Namespace) -> None:
 
     if orm() != statements():
         sys.exit("press_cpu: the statements and the ORM queries judge the window differently")
-    backend_ns = _backend_clock()
-
-    spent: dict[str, list[tuple[float, float]]] = {"ORM queries": [], "statements": []}
-    for scoring in (orm, statements):
-        for _ in range(20):  # warm: the prepared statements
-            scoring()
-    for _ in range(args.rounds):
-        for name, scoring in (("ORM queries", orm), ("statements", statements)):
-            start, pg = time.thread_time(), backend_ns()
-            for _ in range(args.presses):
-                scoring()
-            time.sleep(0.001)  # the backend's last microseconds reach schedstat
-            spent[name].append(((time.thread_time() - start) / args.presses * 1e6,
-                                (backend_ns() - pg) / args.presses / 1e3))  # fmt: skip
-    print(f"scoring a window of {len(window)} QC items, medians of {args.rounds} rounds of {args.presses}:")
-    for name, values in spent.items():
-        app, pg = (statistics.median(v) for v in zip(*values, strict=True))
-        print(f"  {name:<12} app CPU {app:6.0f} us, PostgreSQL CPU {pg:6.0f} us "
-              f"(app rounds: {' '.join(f'{v[0]:.0f}' for v in values)})")  # fmt: skip
+    forms = {"ORM queries": orm, "statements": statements}
+    _forms_compared(f"scoring a window of {len(window)} QC items", forms, args, warm=20)
 
 
 def _pg_statements(client: Any, labeler: Any, assignment: Any, args: argparse.Namespace) -> None:
