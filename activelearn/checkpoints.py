@@ -240,6 +240,7 @@ def checkpoint_run(
     exception propagates.
     """
     from activelearn.prm.training import TrainConfig, train_prm
+    from activelearn.solution_scoring import feature_cache_configure
 
     checkpoint = PRMCheckpoint.objects.get(pk=checkpoint_id)
     if checkpoint.status == CheckpointStatus.READY:
@@ -265,6 +266,7 @@ def checkpoint_run(
             options = dict(checkpoint.hyperparameters.get("train", {}))
             options["neutral"] = training_set.neutral
             config = TrainConfig(output_dir=Path(checkpoint.output_dir), backbone=checkpoint.base_model, **options)
+            feature_cache_configure()
             result = train_prm(
                 training_set.train,
                 config,

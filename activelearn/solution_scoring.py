@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from django.conf import settings
 from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
@@ -43,11 +44,22 @@ class CheckpointNotReadyError(ValueError):
     """Scoring or evaluating needs a READY checkpoint with a saved model."""
 
 
+def feature_cache_configure() -> None:
+    """Point the PRM package at ``settings.PRM_FEATURE_CACHE_DIR`` (once per process)."""
+    from activelearn.prm import feature_cache
+
+    directory = settings.PRM_FEATURE_CACHE_DIR
+    current = feature_cache.configured()
+    if (current.directory if current is not None else None) != directory:
+        feature_cache.configure(directory)
+
+
 def checkpoint_model_load(*, checkpoint: PRMCheckpoint) -> tuple[ProcessRewardModel, PreTrainedTokenizerBase]:
     """The checkpoint's model on the best device, loaded once per process."""
     if checkpoint.status != CheckpointStatus.READY or not checkpoint.path:
         raise CheckpointNotReadyError(f"checkpoint {checkpoint.pk} is {checkpoint.status}, not ready")
     key = str(Path(checkpoint.path).resolve())
+    feature_cache_configure()
     with _cache_lock:
         if key not in _cached:
             import torch

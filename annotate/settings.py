@@ -335,6 +335,10 @@ CHECKPOINT_DIR = envpath("CHECKPOINT_DIR", VAR_DIR / "checkpoints")
 MODEL_DIR = envpath("MODEL_DIR", VAR_DIR / "models")
 EXPORT_DIR = envpath("EXPORT_DIR", VAR_DIR / "exports")
 PRM_BACKBONE = envstr("PRM_BACKBONE", "builtin:minilm")
+# Where a frozen backbone's output at the step separators is kept (one SQLite file), so
+# retraining a head-only PRM or ORM and rescoring with it skip the forward passes already
+# made (activelearn/prm/feature_cache.py). Unset: no cache.
+PRM_FEATURE_CACHE_DIR = envpath("PRM_FEATURE_CACHE_DIR", Path()) if os.environ.get("PRM_FEATURE_CACHE_DIR") else None
 
 # --- Labeling -------------------------------------------------------------
 LEASE_SECONDS = envint("LEASE_SECONDS", 30 * 60, minimum=60)

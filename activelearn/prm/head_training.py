@@ -18,9 +18,11 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
+from activelearn.prm import feature_cache
 from activelearn.prm.batching import LabeledSequence, encode_examples, pad_batch
 from activelearn.prm.data import LabeledSolution, build_examples
 from activelearn.prm.evaluation import auroc
+from activelearn.prm.feature_cache import FeatureCache
 from activelearn.prm.modeling import NEGATIVE, ProcessRewardModel
 
 # Sequences per forward pass when computing features (inference only, so larger than a
@@ -55,9 +57,28 @@ def separator_features(
     pad_id: int,
     device: torch.device,
     on_batch: Callable[[], None] | None = None,
+    *,
+    separator_id: int | None = None,
+    cache: FeatureCache | None = None,
 ) -> Features:
     """What the head reads at every labeled separator (the backbone's last hidden state and
-    any step features, ``ProcessRewardModel.head_vectors``), in sequence order."""
+    any step features, ``ProcessRewardModel.head_vectors``), in sequence order.
+
+    With ``separator_id`` and a PRM without step features, the hidden states come through
+    the feature cache (``cache``, else the configured one; ``feature_cache``)."""
+    if separator_id is not None and feature_cache.cacheable(model):
+        by_window = feature_cache.separator_hidden(
+            model,
+            [s.input_ids for s in sequences],
+            pad_id=pad_id,
+            separator_id=separator_id,
+            device=device,
+            cache=cache or feature_cache.configured(),
+            on_batch=on_batch,
+        )
+        rows = [found[p] for found, s in zip(by_window, sequences, strict=True) for p in s.label_positions]
+        vectors = torch.stack(rows) if rows else torch.zeros(0, model.prm_config.head_inputs)
+        return Features(vectors, torch.tensor([c for s in sequences for c in s.label_classes], dtype=torch.long))
     order = sorted(range(len(sequences)), key=lambda i: len(sequences[i].input_ids))
     per_sequence: dict[int, torch.Tensor] = {}
     was_training = model.training

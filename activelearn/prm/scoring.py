@@ -10,7 +10,9 @@ from typing import Literal, Protocol
 import torch
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
+from activelearn.prm import feature_cache as feature_cache_module
 from activelearn.prm.batching import pad_batch
+from activelearn.prm.feature_cache import FeatureCache
 from activelearn.prm.modeling import NEGATIVE, NEUTRAL, POSITIVE, ProcessRewardModel
 from activelearn.prm.tokenization import EncodedWindow
 
@@ -69,12 +71,16 @@ def score_solutions(
     batch_size: int = 16,
     reduction: Reduction = "product",
     neutral_as: NeutralAs = "positive",
+    *,
+    feature_cache: FeatureCache | None = None,
 ) -> list[SolutionScore]:
     """Score every step of every solution; results come back in input order.
 
     Windows are sorted by length before batching so each batch pads to nearly its own
     length; long solutions are split into windows (see ``tokenization``) so every step
-    gets a score. Every solution needs at least one step.
+    gets a score. Every solution needs at least one step. A PRM without step features reads
+    the backbone's output through the feature cache when one is given or configured
+    (``feature_cache``): same scores, the forward pass only for windows not seen before.
     """
     pairs = [item if isinstance(item, tuple) else (item.problem, item.steps) for item in solutions]
     encoder = model.step_encoder(tokenizer)
@@ -87,6 +93,30 @@ def score_solutions(
         [(math.nan, math.nan, math.nan)] * len(steps) for _, steps in pairs
     ]
     device = next(model.parameters()).device
+    cache = feature_cache or feature_cache_module.configured()
+    if cache is not None and feature_cache_module.cacheable(model):
+        # A head over cached backbone output: the forward pass runs only for unseen windows.
+        by_window = feature_cache_module.separator_hidden(
+            model,
+            [w.input_ids for _, w in windows],
+            pad_id=encoder.pad_id,
+            separator_id=encoder.separator_id,
+            device=device,
+            cache=cache,
+        )
+        vectors = [found[p] for found, (_, w) in zip(by_window, windows, strict=True) for p in w.separator_positions]
+        if vectors:
+            with torch.inference_mode():
+                head = model.head
+                stacked = torch.stack(vectors).to(device=head.weight.device, dtype=head.weight.dtype)
+                probs = torch.softmax(head(stacked).float(), dim=-1).cpu().tolist()
+            cursor = 0
+            for solution_index, window in windows:
+                for step_index in window.step_indices:
+                    p = probs[cursor]
+                    probabilities[solution_index][step_index] = (p[NEGATIVE], p[NEUTRAL], p[POSITIVE])
+                    cursor += 1
+        return _results(probabilities, reduction, neutral_as)
     was_training = model.training
     model.eval()
     try:
@@ -113,6 +143,12 @@ def score_solutions(
                         cursor += 1
     finally:
         model.train(was_training)
+    return _results(probabilities, reduction, neutral_as)
+
+
+def _results(
+    probabilities: Sequence[Sequence[tuple[float, float, float]]], reduction: Reduction, neutral_as: NeutralAs
+) -> list[SolutionScore]:
     results: list[SolutionScore] = []
     for step_probs in probabilities:
         scores = tuple(step_score(p, neutral_as) for p in step_probs)

@@ -544,8 +544,10 @@ def _train_head_only(
         if progress is not None:
             progress(0, total, math.nan)
 
-    train_features = separator_features(model, train_sequences, pad_id, device, on_batch=alive)
-    val_features = separator_features(model, val_sequences, pad_id, device, on_batch=alive)
+    # The separator id lets the features come through the feature cache (``feature_cache``).
+    separator = model.step_encoder(tokenizer).separator_id
+    train_features = separator_features(model, train_sequences, pad_id, device, on_batch=alive, separator_id=separator)
+    val_features = separator_features(model, val_sequences, pad_id, device, on_batch=alive, separator_id=separator)
     model.to("cpu")
     epochs: list[dict[str, Any]] = []
 

@@ -92,3 +92,41 @@ def test_train_prm_refuses_to_adapt_an_encoder_before_creating_a_checkpoint(chec
     with pytest.raises(CommandError, match="tie_word_embeddings"):
         _train("tiny:bert")
     assert not PRMCheckpoint.objects.exists()
+
+
+def test_refuses_an_output_directory_it_did_not_write_and_keeps_its_contents(tmp_path):
+    _problems("train", 3)
+    other = tmp_path / "other-backbone"
+    other.mkdir()
+    (other / "README").write_text("keep me")
+    (other / "config.json").write_text("{}")
+    with pytest.raises(CommandError, match=rf"--output {other} is not empty .* --replace"):
+        call_command("adapt_backbone", "--backbone=tiny:llama", "--split=train", f"--output={other}")
+    assert (other / "README").read_text() == "keep me"
+    assert sorted(p.name for p in other.iterdir()) == ["README", "config.json"]
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    with pytest.raises(CommandError, match="is a file"):
+        call_command("adapt_backbone", "--backbone=tiny:llama", "--split=train", f"--output={a_file}")
+    assert a_file.read_text() == "x"
+
+
+def test_replaces_its_own_earlier_output_or_anything_with_replace(tmp_path):
+    _problems("train", 6)
+    backbone = tied_llama(tmp_path / "lm")
+    args = ("--split=train", "--max-steps=1", "--batch-size=2", "--max-length=64", "--heldout-share=0.3")
+    out = tmp_path / "a"
+    for _ in range(2):  # the second run finds the first one's output and replaces it
+        call_command(
+            "adapt_backbone", f"--backbone={backbone}", f"--output={out}", *args, stdout=StringIO(), stderr=StringIO()
+        )
+        assert (out / ADAPTATION_FILE).exists()
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "README").write_text("old")
+    call_command(
+        "adapt_backbone", f"--backbone={backbone}", f"--output={other}", "--replace", *args,
+        stdout=StringIO(), stderr=StringIO(),
+    )  # fmt: skip
+    assert not (other / "README").exists()
+    assert (other / ADAPTATION_FILE).exists()

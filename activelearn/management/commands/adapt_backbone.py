@@ -1,3 +1,4 @@
+import json
 from argparse import ArgumentParser
 from pathlib import Path
 from typing import Any
@@ -6,7 +7,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from activelearn.management.commands._options import adapt_config, fmt
-from activelearn.prm.adaptation import AdaptConfig, adapt_backbone
+from activelearn.prm.adaptation import ADAPTATION_FILE, AdaptConfig, adapt_backbone
 from activelearn.prm.backbones import BackboneNotFoundError
 from activelearn.solution_selectors import solution_texts
 
@@ -24,7 +25,16 @@ class Command(BaseCommand):
     def add_arguments(self, parser: ArgumentParser) -> None:
         defaults = AdaptConfig()
         parser.add_argument("--backbone", default=None, help=f"backbone spec (default {settings.PRM_BACKBONE})")
-        parser.add_argument("--output", required=True, type=Path, help="directory to write (replaced atomically)")
+        parser.add_argument(
+            "--output",
+            required=True,
+            type=Path,
+            help="directory to write (replaced atomically); an existing one must be empty or an earlier output "
+            "of this command, unless --replace",
+        )
+        parser.add_argument(
+            "--replace", action="store_true", help="replace --output even if it holds something else (deleted)"
+        )
         parser.add_argument("--split", action="append", dest="splits", help="solutions of this Problem.split")
         parser.add_argument("--problem", action="append", dest="problem_ids", help="Problem.unique_id (prefix*)")
         parser.add_argument("--max-steps", type=int, default=defaults.max_steps)
@@ -38,6 +48,8 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, default=defaults.seed)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if not options["replace"]:
+            output_check(options["output"])
         rows = solution_texts(splits=options["splits"] or (), problem_ids=options["problem_ids"] or ())
         solutions = [(problem, steps) for problem, steps, _ in rows]
         config = adapt_config(options, {name: name for name in CONFIG_OPTIONS})
@@ -59,3 +71,30 @@ class Command(BaseCommand):
                 f"{fmt(report.heldout_loss_after)} ({report.heldout_windows} windows); {report.seconds:.0f}s"
             )
         )
+
+
+def output_check(output: Path) -> None:
+    """Refuse an ``--output`` whose contents the run would delete and that this command did not write.
+
+    The output directory is replaced whole (``atomic_directory``), so pointing it at the wrong
+    directory would silently delete it. An earlier output is recognised by the record
+    ``adaptation.json`` that every run writes last, with its base model and config.
+    """
+    if not output.exists():
+        return
+    if not output.is_dir():
+        raise CommandError(f"--output {output} is a file, not a directory; nothing was written")
+    if not any(output.iterdir()) or _is_adaptation(output / ADAPTATION_FILE):
+        return
+    raise CommandError(
+        f"--output {output} is not empty and is not an earlier adapt_backbone output (no {ADAPTATION_FILE}); "
+        "it would be deleted. Choose another directory, or pass --replace to delete it"
+    )
+
+
+def _is_adaptation(record: Path) -> bool:
+    try:
+        data = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and "base_model" in data and isinstance(data.get("config"), dict)

@@ -1,0 +1,105 @@
+"""The feature cache: a frozen backbone's output computed once, read back the same."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from activelearn.prm import feature_cache
+from activelearn.prm.feature_cache import FeatureCache
+from activelearn.prm.scoring import score_solutions
+from activelearn.prm.training import TrainConfig, freeze_lower_layers, train_prm
+from tests.activelearn.prm.conftest import keyword_solutions
+
+LONG = [f"step {i} we compute the value then add both sides so it follows" for i in range(40)]
+
+
+class ForwardCounter:
+    """Counts the backbone's forward passes (an observer hook; nothing is replaced)."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self.calls = 0
+        self.handle = module.register_forward_hook(self._seen)
+
+    def _seen(self, *_: object) -> None:
+        self.calls += 1
+
+
+def _pairs():
+    return [("a problem about sums", LONG), ("another problem", LONG[:3]), ("third", ["one step only"])]
+
+
+def test_it_scores_through_the_cache_as_without_it_and_reads_the_second_time(tiny_prm, tmp_path):
+    model, tokenizer = tiny_prm
+    plain = score_solutions(model, tokenizer, _pairs(), reduction="min")
+    cache = FeatureCache(tmp_path)
+    counter = ForwardCounter(model.backbone)
+    first = score_solutions(model, tokenizer, _pairs(), reduction="min", feature_cache=cache)
+    computed = counter.calls
+    second = score_solutions(model, tokenizer, _pairs(), reduction="min", feature_cache=cache)
+
+    assert computed > 0
+    assert counter.calls == computed, "the second scoring ran the backbone again"
+    assert len(LONG) == len(first[0].step_scores)
+    for expected, got in ((plain, first), (first, second)):
+        for a, b in zip(expected, got, strict=True):
+            assert a.step_scores == pytest.approx(b.step_scores, abs=1e-5)
+    assert cache.hits > 0
+
+
+def test_it_never_serves_a_changed_backbone_the_old_entries(tiny_prm, tmp_path):
+    model, tokenizer = tiny_prm
+    cache = FeatureCache(tmp_path)
+    before = score_solutions(model, tokenizer, _pairs(), feature_cache=cache)
+    with torch.no_grad():
+        next(model.backbone.parameters()).mul_(1.5)  # as an optimizer step would
+    after_cached = score_solutions(model, tokenizer, _pairs(), feature_cache=cache)
+    after_plain = score_solutions(model, tokenizer, _pairs())
+
+    for a, b in zip(after_cached, after_plain, strict=True):
+        assert a.step_scores == pytest.approx(b.step_scores, abs=1e-5)
+    changed = [
+        abs(x - y)
+        for a, b in zip(before, after_plain, strict=True)
+        for x, y in zip(a.step_scores, b.step_scores, strict=True)
+    ]
+    assert max(changed) > 1e-4
+
+
+def test_a_head_only_retraining_reads_its_features_from_the_cache_and_learns_the_same_head(tmp_path):
+    train, validation = keyword_solutions(24, seed=1), keyword_solutions(8, seed=2)
+    feature_cache.configure(tmp_path / "cache")
+    try:
+        heads = []
+        for run in ("a", "b"):
+            config = TrainConfig(
+                output_dir=tmp_path / run, backbone="tiny:bert", freeze_layers=99, num_epochs=2, learning_rate=1e-2
+            )
+            result = train_prm(train, config, validation=validation)
+            heads.append(result)
+        cache = feature_cache.configured()
+        assert cache is not None and cache.hits > 0
+    finally:
+        feature_cache.configure(None)
+    from activelearn.prm.modeling import ProcessRewardModel
+
+    first, _ = ProcessRewardModel.from_pretrained(heads[0].final_dir)
+    second, _ = ProcessRewardModel.from_pretrained(heads[1].final_dir)
+    assert torch.allclose(first.head.weight, second.head.weight, atol=1e-5)
+    assert heads[0].val_auroc == pytest.approx(heads[1].val_auroc, abs=1e-6)
+
+
+def test_a_prm_with_step_features_does_not_use_the_cache(tmp_path):
+    from activelearn.prm.modeling import ProcessRewardModel
+    from tests.activelearn.prm.conftest import save_tiny_llama
+
+    backbone = save_tiny_llama(tmp_path / "llama", tied=True)
+    model, tokenizer = ProcessRewardModel.from_backbone(str(backbone), max_length=128, step_features=["surprise"])
+    freeze_lower_layers(model, 99)
+    cache = FeatureCache(tmp_path / "cache")
+    plain = score_solutions(model, tokenizer, _pairs())
+    cached = score_solutions(model, tokenizer, _pairs(), feature_cache=cache)
+
+    assert cache.hits == cache.misses == 0
+    for a, b in zip(plain, cached, strict=True):
+        assert a.step_scores == pytest.approx(b.step_scores, abs=1e-6)
