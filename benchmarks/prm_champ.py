@@ -312,6 +312,13 @@ def surprise_baselines(backbones: dict[str, str], max_length: int | None) -> lis
 
 
 def main(argv: list[str] | None = None) -> int:
+    arguments = sys.argv[1:] if argv is None else argv
+    if any(a == "--seeds" or a.startswith("--seeds=") for a in arguments):
+        # Several split seeds: one shared database, every arm per seed (prm_champ_seeds).
+        sys.path.insert(0, str(ROOT))
+        from benchmarks.prm_champ_seeds import main as seeds_main
+
+        return seeds_main(arguments)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", type=Path, default=ROOT / "var" / "prm-champ")
     parser.add_argument("--backbone", default="builtin:minilm")
@@ -401,6 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     test_problems = {uid for uid, row in problems.items() if row["split"] == "test"}
     from activelearn.models import PRMCheckpoint
 
+    adapt_out = ""  # continued LM training's last line; a resumed run did none
     if args.resume:
         # A run interrupted while scoring (or scored by hand, in parallel id ranges):
         # its checkpoint and whatever it scored stay; only the unscored rest is scored.
@@ -421,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
             "".join(json.dumps(r) + "\n" for r in champ_pool(pooled, labeled, args.pool, problems, records))
         )
         _manage(env, "import_solutions", str(pool_file))
-        backbone, adapt_out = args.backbone, ""
+        backbone = args.backbone
         if args.adapt_steps:
             # The train problems' own unlabeled conversations (no labels read): continued LM
             # training on them, then the PRM trains on the adapted backbone.

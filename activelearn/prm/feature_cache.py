@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -42,6 +43,8 @@ MISS_BATCH = 16
 
 _configured: FeatureCache | None = None
 _lock = threading.Lock()
+# A model's fingerprint and the weight versions it was computed at (backbone_fingerprint).
+_fingerprints: weakref.WeakKeyDictionary[ProcessRewardModel, tuple[tuple[int, ...], str]] = weakref.WeakKeyDictionary()
 
 
 class FeatureCache:
@@ -115,7 +118,7 @@ def backbone_fingerprint(model: ProcessRewardModel) -> str:
     """
     parameters = list(model.backbone.state_dict().items())
     versions = tuple(tensor._version for _, tensor in parameters)
-    remembered: tuple[tuple[int, ...], str] | None = getattr(model, "_feature_fingerprint", None)
+    remembered = _fingerprints.get(model)
     if remembered is not None and remembered[0] == versions:
         return remembered[1]
     digest = hashlib.sha256(type(model.backbone).__name__.encode())
@@ -124,7 +127,7 @@ def backbone_fingerprint(model: ProcessRewardModel) -> str:
         digest.update(str(tensor.dtype).encode())
         digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
     fingerprint = digest.hexdigest()
-    model._feature_fingerprint = (versions, fingerprint)  # type: ignore[attr-defined]
+    _fingerprints[model] = (versions, fingerprint)
     return fingerprint
 
 

@@ -76,8 +76,8 @@ def separator_features(
             cache=cache or feature_cache.configured(),
             on_batch=on_batch,
         )
-        rows = [found[p] for found, s in zip(by_window, sequences, strict=True) for p in s.label_positions]
-        vectors = torch.stack(rows) if rows else torch.zeros(0, model.prm_config.head_inputs)
+        picked = [found[p] for found, s in zip(by_window, sequences, strict=True) for p in s.label_positions]
+        vectors = torch.stack(picked) if picked else torch.zeros(0, model.prm_config.head_inputs)
         return Features(vectors, torch.tensor([c for s in sequences for c in s.label_classes], dtype=torch.long))
     order = sorted(range(len(sequences)), key=lambda i: len(sequences[i].input_ids))
     per_sequence: dict[int, torch.Tensor] = {}

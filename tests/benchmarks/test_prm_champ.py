@@ -28,3 +28,56 @@ def test_skipping_the_scoring_without_resuming_is_refused_before_anything_is_tou
     assert stopped.value.code == 2
     assert "--skip-scoring needs --resume" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_a_resumed_run_grades_evaluates_and_writes_its_report(tmp_path):
+    """``--resume`` on the database of an interrupted run: it used to stop with an
+    UnboundLocalError after evaluate_prm, before writing anything."""
+    import json
+    import subprocess
+    import sys
+
+    from benchmarks.prm_champ import ROOT, _env, _manage
+
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    env = _env(workdir)
+    _manage(env, "migrate", "--no-input")
+    _manage(env, "load_demo", "--solutions-per-problem=0", "--problems=30")
+    _manage(env, "split_problems", "--prefix=champ/", "--seed=0", "--validation=0.3", "--test=0.3")
+    labels = workdir / "labels.jsonl"
+    subprocess.run(
+        [sys.executable, "-c", RECORDS_SCRIPT, str(labels)], env={**env, "PYTHONPATH": str(ROOT)}, cwd=ROOT, check=True
+    )
+    _manage(env, "import_prm800k", str(labels))
+    _manage(env, "train_prm", "--backbone=tiny:bert", "--split=train", "--validation-split=validation", "--epochs=1")
+
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "prm_champ.py"), "--resume", "--skip-scoring",
+         "--workdir", str(workdir), "--n", "1"],
+        env=env, cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "| test |" in (workdir / "report.md").read_text()
+    assert set(json.loads((workdir / "results.json").read_text())) == {"validation", "test"}
+
+
+# The CHAMP records of the problems in the database, as the benchmark writes them.
+RECORDS_SCRIPT = """
+import json, sys
+from benchmarks.prm_champ import _django, _env, champ_records
+from pathlib import Path
+import os
+_django(dict(os.environ))
+from labeling.models import Problem
+problems = {
+    uid: {"problem": text, "solution": solution, "answer": answer, "split": split}
+    for uid, text, solution, answer, split in Problem.objects.values_list(
+        "unique_id", "problem", "solution", "answer", "split"
+    )
+}
+records, _ = champ_records(problems)
+Path(sys.argv[1]).write_text("".join(json.dumps(r) + "\\n" for r in records))
+"""

@@ -1,0 +1,310 @@
+"""PRM against ORM against the vote on CHAMP, over several split seeds (``prm_champ.py --seeds``).
+
+One SQLite database holds everything a seed does not change: CHAMP's problems, the 540
+human first-wrong-step labels as PRM800K records, and an unlabeled pool of ``--pool``
+other conversations for *every* problem, graded once by the product's grader. A seed
+then only re-splits the problems (``split_problems --seed S``) and runs, with the
+product's commands:
+
+* **PRM**: ``train_prm`` on the train split's human labels (threshold and aggregation
+  chosen on the validation split);
+* **ORM, equal labels**: ``train_prm --objective outcome`` on as many uniformly sampled
+  graded train-split pool solutions as the PRM has labeled solutions, labelled only by
+  the grader (no human label);
+* **ORM, whole pool**: the same on every graded train-split pool solution (costs no label);
+* **PRM + outcome labels**: the human labels plus the graded train-split pool as outcome
+  labels (``--outcome-weight``, ``--outcome-targets``), each weight and target tried and
+  the one chosen on the validation split kept;
+
+then ``score_solutions`` of the validation and test pools and ``evaluate_prm`` of both
+splits for every checkpoint. Every backbone forward pass goes through the feature cache
+(``PRM_FEATURE_CACHE_DIR`` in the work directory), so after the first seed a seed costs
+process start-ups and head fits, not forward passes.
+
+The report gives each arm's test metrics per seed and their mean with a 95% t-interval
+over seeds, beside majority vote (answers grouped by the grader's equivalence), random
+and the oracle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks import prm_champ
+from benchmarks.prm_champ import ROOT, _env, _load, _manage
+
+STUDY_DOC = ROOT / "docs" / "prm.md"
+BEGIN, END = "<!-- champ-seeds:begin -->", "<!-- champ-seeds:end -->"
+
+
+def study_env(workdir: Path) -> dict[str, str]:
+    env = _env(workdir)
+    env["PRM_FEATURE_CACHE_DIR"] = str(workdir / "feature-cache")
+    return env
+
+
+def prepare(workdir: Path, *, pool: int, first_seed: int, validation: float, test: float) -> None:
+    """The database every seed shares: problems, human labels, the graded pool of every problem."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "db.sqlite3").unlink(missing_ok=True)
+    env = study_env(workdir)
+    _manage(env, "migrate", "--no-input")
+    _manage(env, "load_demo", "--solutions-per-problem=0")
+    _split(env, first_seed, validation, test)
+    prm_champ._django(env)
+    from labeling.models import Problem
+
+    problems = {
+        uid: {"problem": text, "solution": solution, "answer": answer, "split": split}
+        for uid, text, solution, answer, split in Problem.objects.filter(unique_id__startswith="champ/").values_list(
+            "unique_id", "problem", "solution", "answer", "split"
+        )
+    }
+    records, labeled = prm_champ.champ_records(problems)
+    labels_file = workdir / "champ-labels.jsonl"
+    labels_file.write_text("".join(json.dumps(r) + "\n" for r in records))
+    _manage(env, "import_prm800k", str(labels_file))
+    pool_file = workdir / "champ-pool.jsonl"
+    rows = prm_champ.champ_pool(set(problems), labeled, pool, problems, records)
+    pool_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _manage(env, "import_solutions", str(pool_file))
+    grade(workdir, again=False)
+
+
+def grade(workdir: Path, *, again: bool) -> None:
+    """Grade the pool (every problem, once); ``again``: every verdict anew (a changed grader)."""
+    _manage(study_env(workdir), "grade_solutions", "--problem=champ/*", "--processes=2", "--no-progress",
+            *([] if again else ["--ungraded"]))  # fmt: skip
+
+
+def _split(env: dict[str, str], seed: int, validation: float, test: float) -> None:
+    _manage(env, "split_problems", "--prefix=champ/", f"--seed={seed}", f"--validation={validation}", f"--test={test}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workdir", type=Path, default=ROOT / "var" / "prm-champ-seeds")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--pool", type=int, default=20, help="unlabeled conversations per problem")
+    parser.add_argument("--validation", type=float, default=0.2)
+    parser.add_argument("--test", type=float, default=0.2)
+    parser.add_argument("--prepare-only", action="store_true", help="build and grade the shared database, then stop")
+    parser.add_argument("--reuse", action="store_true", help="keep --workdir's database (prepared before)")
+    parser.add_argument("--regrade", action="store_true", help="with --reuse: grade the whole pool again first")
+    parser.add_argument("--again", action="store_true", help="run seeds already in --workdir's seeds.json again")
+    parser.add_argument("--n", type=int, nargs="+", default=[1, 4, 16], help="best-of-N sizes")
+    parser.add_argument("--train-option", action="append", default=[], metavar="KEY=VALUE", help="train_prm --KEY")
+    parser.add_argument("--write-docs", action="store_true", help=f"put the tables in {STUDY_DOC.relative_to(ROOT)}")
+    args = parser.parse_args(argv)
+    workdir = args.workdir.resolve()
+    started = time.monotonic()
+    print(f"CHAMP seeds study in {workdir} (load {_load()})", file=sys.stderr)
+    if not args.reuse:
+        prepare(workdir, pool=args.pool, first_seed=args.seeds[0], validation=args.validation, test=args.test)
+    elif args.regrade:
+        grade(workdir, again=True)
+    if args.prepare_only:
+        print(f"prepared in {time.monotonic() - started:.0f}s", file=sys.stderr)
+        return 0
+    env = study_env(workdir)
+    prm_champ._django(env)
+    results_file = workdir / "seeds.json"
+    results: dict[str, Any] = json.loads(results_file.read_text()) if results_file.exists() else {}
+    for seed in args.seeds:
+        if str(seed) in results and not args.again:
+            print(f"seed {seed}: kept from {results_file.name}", file=sys.stderr)
+            continue
+        results[str(seed)] = run_seed(env, seed, args)
+        results_file.write_text(json.dumps(results, indent=2))
+    lines = report(results, args, time.monotonic() - started)
+    print("\n".join(lines))
+    (workdir / "seeds.md").write_text("\n".join(lines) + "\n")
+    if args.write_docs:
+        write_docs(lines, args)
+    return 0
+
+
+# Outcome labels mixed into the PRM's training: each weight and target is tried on every
+# seed and the one with the best validation step AUROC is the seed's "PRM + outcome"
+# (chosen on validation only; the test split is read once, for the chosen one).
+MIX_WEIGHTS = (0.1, 0.3, 1.0)
+MIX_TARGETS = ("final", "every_step")
+
+
+def run_seed(env: dict[str, str], seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    from activelearn.models import PRMCheckpoint
+    from labeling.models import Solution
+
+    started = time.monotonic()
+    _split(env, seed, args.validation, args.test)
+    base = ["--split=train", "--validation-split=validation", "--no-progress", *prm_champ._options(args.train_option)]
+    arms: dict[str, dict[str, Any]] = {}
+
+    def train(name: str, *options: str) -> int:
+        _manage(env, "train_prm", *base, *options)
+        checkpoint = PRMCheckpoint.objects.order_by("-id").first()
+        assert checkpoint is not None
+        arms[name] = {"checkpoint": checkpoint.pk, "options": list(options), "metrics": checkpoint.metrics}
+        return checkpoint.pk
+
+    def evaluate(name: str, splits: tuple[str, ...]) -> None:
+        checkpoint = arms[name]["checkpoint"]
+        for split in splits:
+            _manage(env, "score_solutions", f"--checkpoint={checkpoint}", f"--split={split}", "--unscored",
+                    "--no-progress")  # fmt: skip
+            out, _ = _manage(env, "evaluate_prm", f"--checkpoint={checkpoint}", f"--split={split}",
+                             *[f"--n={n}" for n in args.n])  # fmt: skip
+            arms[name][split] = json.loads(out)
+
+    prm = train("PRM")
+    human_solutions = int(PRMCheckpoint.objects.get(pk=prm).metrics.get("train_solutions") or 0)
+    evaluate("PRM", ("validation", "test"))
+    train("ORM, equal solutions", "--objective=outcome", f"--outcome-solutions={human_solutions}",
+          f"--outcome-seed={seed}")  # fmt: skip
+    evaluate("ORM, equal solutions", ("validation", "test"))
+    train("ORM, whole pool", "--objective=outcome")
+    evaluate("ORM, whole pool", ("validation", "test"))
+    candidates = []
+    for target in MIX_TARGETS:
+        for weight in MIX_WEIGHTS:
+            name = f"PRM + outcome ({target}, weight {weight})"
+            train(name, f"--outcome-weight={weight}", f"--outcome-targets={target}")
+            evaluate(name, ("validation",))
+            candidates.append(name)
+    chosen = max(candidates, key=lambda name: arms[name]["validation"].get("step_auroc") or 0.0)
+    evaluate(chosen, ("test",))
+    arms["PRM + outcome (chosen on validation)"] = {**arms[chosen], "chosen": chosen}
+    graded = Solution.objects.filter(problem__split="train", is_correct__isnull=False).count()
+    return {
+        "seed": seed,
+        "arms": arms,
+        "human_train_solutions": human_solutions,
+        "graded_train_pool": graded,
+        "seconds": time.monotonic() - started,
+    }
+
+
+def _mean_interval(values: list[float]) -> tuple[float, float, float]:
+    """Mean and 95% t-interval over seeds (a seed is one draw of the split)."""
+    from activelearn.simulation.campaign import mean_interval
+
+    clean = [v for v in values if v is not None and not math.isnan(v)]
+    if not clean:
+        return math.nan, math.nan, math.nan
+    if len(clean) < 2:
+        return clean[0], math.nan, math.nan
+    mean, half = mean_interval(clean)
+    return mean, mean - half, mean + half
+
+
+def _get(result: dict[str, Any] | None, *path: str) -> float | None:
+    value: Any = result
+    for key in path:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _fmt(value: float | None) -> str:
+    return "—" if value is None or math.isnan(value) else f"{value:.3f}"
+
+
+def _cell(values: list[float | None]) -> str:
+    clean = [v for v in values if v is not None and not math.isnan(v)]
+    mean, low, high = _mean_interval(clean)
+    if math.isnan(mean):
+        return "—"
+    if math.isnan(low):
+        return f"{mean:.3f}"
+    return f"{mean:.3f} [{low:.3f}, {high:.3f}]"
+
+
+ARM_ORDER = ("PRM", "ORM, equal solutions", "ORM, whole pool", "PRM + outcome (chosen on validation)")
+
+
+def report(results: dict[str, Any], args: argparse.Namespace, seconds: float) -> list[str]:
+    seeds = sorted(results, key=int)
+    n = str(max(args.n))
+    test = {arm: [results[s]["arms"][arm].get("test") for s in seeds] for arm in ARM_ORDER}
+    lines = [
+        f"Split seeds {', '.join(seeds)} (train / validation / test = {1 - args.validation - args.test:.1f} / "
+        f"{args.validation:.1f} / {args.test:.1f} of the problems); test split; mean over seeds "
+        f"[95% t-interval over seeds]. Best-of-{n}: the expected accuracy over subsets of the test problems' "
+        f"pool (`evaluate_prm`), answers grouped by the grader's equivalence for the votes.",
+        "",
+        f"| arm | step AUROC (chance 0.5) | first-error F1 | F1 random at prior | best-of-{n}: arm's pick "
+        f"| weighted vote | majority vote | pick - majority |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for arm in ARM_ORDER:
+        rows = test[arm]
+        pick = [_get(r, "best_of_n", n, "prm") for r in rows]
+        majority = [_get(r, "best_of_n", n, "majority") for r in rows]
+        diff = [None if a is None or b is None else a - b for a, b in zip(pick, majority, strict=True)]
+        lines.append(
+            f"| {arm} | {_cell([_get(r, 'step_auroc') for r in rows])} | "
+            f"{_cell([_get(r, 'first_error', 'f1') for r in rows])} | "
+            f"{_cell([_get(r, 'first_error_baselines', 'random_at_prior', 'f1') for r in rows])} | "
+            f"{_cell(pick)} | {_cell([_get(r, 'best_of_n', n, 'weighted') for r in rows])} | {_cell(majority)} | "
+            f"{_cell(diff)} |"
+        )
+    random_pick = [_get(r, "best_of_n", n, "random") for r in test["PRM"]]
+    oracle = [_get(r, "best_of_n", n, "oracle") for r in test["PRM"]]
+    lines += [
+        "",
+        f"Best-of-{n} baselines on the same subsets: random pick {_cell(random_pick)}, oracle {_cell(oracle)}.",
+    ]
+    lines += ["", "Per seed (test split; best-of-N cells with their problem-bootstrap 95% interval):", ""]
+    lines += [
+        f"| seed | arm | labeled / outcome solutions | step AUROC | first-error F1 [95%] | best-of-{n} pick [95%] "
+        f"| weighted | majority | pick - majority [95%] |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for seed in seeds:
+        for arm in ARM_ORDER:
+            entry = results[seed]["arms"][arm]
+            r = entry.get("test") or {}
+            row = (r.get("best_of_n") or {}).get(n) or {}
+            metrics = entry.get("metrics") or {}
+            lines.append(
+                f"| {seed} | {arm}{' = ' + entry['chosen'] if 'chosen' in entry else ''} | "
+                f"{metrics.get('train_solutions', '—')} / {metrics.get('outcome_solutions', 0)} | "
+                f"{_fmt(_get(r, 'step_auroc'))} | {_fmt(_get(r, 'first_error', 'f1'))} "
+                f"{_interval(r.get('first_error'), 'f1_ci')} | {_fmt(row.get('prm'))} {_interval(row, 'prm_ci')} | "
+                f"{_fmt(row.get('weighted'))} | {_fmt(row.get('majority'))} | "
+                f"{_fmt(_diff(row))} {_interval(row, 'prm_minus_majority_ci')} |"
+            )
+    total = sum(float(results[s].get("seconds", 0.0)) for s in seeds)
+    lines += ["", f"{len(seeds)} seeds in {total:.0f} s of wall time (this report {seconds:.0f} s); load {_load()}."]
+    return lines
+
+
+def _diff(row: dict[str, Any]) -> float | None:
+    pick, majority = row.get("prm"), row.get("majority")
+    return None if pick is None or majority is None else float(pick) - float(majority)
+
+
+def _interval(holder: dict[str, Any] | None, key: str) -> str:
+    value = (holder or {}).get(key)
+    if not isinstance(value, list | tuple) or len(value) != 2 or value[0] is None:
+        return ""
+    return f"[{value[0]:.3f}, {value[1]:.3f}]"
+
+
+def write_docs(lines: list[str], args: argparse.Namespace) -> None:
+    import re
+
+    command = "python benchmarks/prm_champ.py --seeds " + " ".join(str(s) for s in args.seeds)
+    block = "\n".join([BEGIN, f"`{command}`", "", *lines, END])
+    text = STUDY_DOC.read_text()
+    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
+    STUDY_DOC.write_text(
+        pattern.sub(lambda _: block, text) if pattern.search(text) else f"{text.rstrip()}\n\n{block}\n"
+    )
