@@ -21,6 +21,11 @@ class LabeledSequence:
     label_classes: tuple[int, ...]
     # First token of each labeled step (EncodedWindow.step_starts), for step features.
     label_starts: tuple[int, ...]
+    # Loss weight of each label (StepExample.weights); None: 1 for every label.
+    label_weights: tuple[float, ...] | None = None
+
+    def weights(self) -> tuple[float, ...]:
+        return self.label_weights if self.label_weights is not None else (1.0,) * len(self.label_classes)
 
 
 def encode_examples(encoder: StepEncoder, examples: Sequence[StepExample]) -> list[LabeledSequence]:
@@ -29,20 +34,21 @@ def encode_examples(encoder: StepEncoder, examples: Sequence[StepExample]) -> li
     sequences: list[LabeledSequence] = []
     for example, windows in zip(examples, encoded, strict=True):
         for window in windows:
-            triples = [
-                (position, label, start)
+            labeled = [
+                (position, label, start, example.label_weight(step))
                 for position, step, start in zip(
                     window.separator_positions, window.step_indices, window.step_starts, strict=True
                 )
                 if (label := example.labels[step]) is not None
             ]
-            if triples:
+            if labeled:
                 sequences.append(
                     LabeledSequence(
                         input_ids=window.input_ids,
-                        label_positions=tuple(p for p, _, _ in triples),
-                        label_classes=tuple(c for _, c, _ in triples),
-                        label_starts=tuple(s for _, _, s in triples),
+                        label_positions=tuple(p for p, _, _, _ in labeled),
+                        label_classes=tuple(c for _, c, _, _ in labeled),
+                        label_starts=tuple(s for _, _, s, _ in labeled),
+                        label_weights=None if example.weights is None else tuple(w for _, _, _, w in labeled),
                     )
                 )
     return sequences
@@ -71,12 +77,22 @@ class TrainingCollator:
     def __call__(self, batch: Sequence[LabeledSequence]) -> dict[str, torch.Tensor]:
         input_ids, attention_mask = pad_batch([item.input_ids for item in batch], self.pad_id, self.pad_to_multiple_of)
         labels = torch.full_like(input_ids, IGNORE_INDEX)
-        # Laid out like ``labels``: at a labeled separator, where its step's tokens begin.
+        # Laid out like ``labels``: at a labeled separator, where its step's tokens begin
+        # and the loss weight of its label.
         step_starts = torch.zeros_like(input_ids)
+        label_weights = torch.zeros(input_ids.shape, dtype=torch.float32)
         for row, item in enumerate(batch):
-            labels[row, list(item.label_positions)] = torch.as_tensor(item.label_classes, dtype=torch.long)
-            step_starts[row, list(item.label_positions)] = torch.as_tensor(item.label_starts, dtype=torch.long)
-        return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels, "step_starts": step_starts}
+            positions = list(item.label_positions)
+            labels[row, positions] = torch.as_tensor(item.label_classes, dtype=torch.long)
+            step_starts[row, positions] = torch.as_tensor(item.label_starts, dtype=torch.long)
+            label_weights[row, positions] = torch.as_tensor(item.weights(), dtype=torch.float32)
+        return {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "labels": labels,
+            "step_starts": step_starts,
+            "label_weights": label_weights,
+        }
 
 
 def length_grouped_batches(

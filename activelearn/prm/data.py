@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, Protocol, TypeVar
 
 from activelearn.prm.modeling import NEGATIVE, NEUTRAL, POSITIVE
 
 NeutralHandling = Literal["positive", "negative", "own"]
+# What a PRM is trained to predict: "process", the human rating of each step; "outcome"
+# (an ORM, Lightman et al. 2023, section 2.5), whether the solution's final answer is
+# right, read at its final step.
+Objective = Literal["process", "outcome"]
+OBJECTIVES: tuple[Objective, ...] = ("process", "outcome")
+# Which steps of an outcome-labeled solution a process run labels: "final", only the last
+# one; "every_step", all of them with the answer's verdict (the ORM-as-PRM weak target).
+OutcomeTargets = Literal["final", "every_step"]
+OUTCOME_TARGETS: tuple[OutcomeTargets, ...] = ("final", "every_step")
+LabelSource = Literal["human", "outcome"]
 VALID_RATINGS = (-1, 0, 1)
 
 
@@ -48,6 +59,31 @@ class LabeledSolution:
     solution_steps: tuple[str, ...] | None = None
 
 
+@dataclass(frozen=True)
+class OutcomeSolution:
+    """A solution labeled only by whether its final answer is right (the automatic
+    grader's verdict), with no human step label.
+
+    ``weight`` scales the loss of its label(s). Two copies of one solution, correct with
+    weight p and wrong with weight 1 - p, train on the soft target p: the loss is a
+    weighted mean, so their two terms add up to the soft-target cross-entropy.
+    """
+
+    problem_id: str
+    problem: str
+    steps: tuple[str, ...]
+    correct: bool
+    weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.steps:
+            raise ValueError(f"outcome solution of problem {self.problem_id!r} has no steps")
+        if not isinstance(self.correct, bool):
+            raise ValueError(f"outcome solution of problem {self.problem_id!r}: correct must be a bool")
+        if not (math.isfinite(self.weight) and self.weight >= 0):
+            raise ValueError(f"outcome solution of problem {self.problem_id!r}: weight must be >= 0, got {self.weight}")
+
+
 def trajectory_with_first_error(solution: LabeledSolution) -> tuple[list[str], int | None]:
     """The steps a labeler walked through and the index of the first one rated -1."""
     steps: list[str] = []
@@ -64,12 +100,29 @@ def trajectory_with_first_error(solution: LabeledSolution) -> tuple[list[str], i
 
 @dataclass(frozen=True)
 class StepExample:
-    """One training sequence: a problem and steps, with a class label per step or None."""
+    """One training sequence: a problem and steps, with a class label per step or None.
+
+    ``weights``: the loss weight of each step's label (None: 1 for every label). A human
+    step label weighs 1; an outcome label weighs ``TrainConfig.outcome_weight`` times its
+    solution's weight. ``source``: who gave the labels, a labeler ("human") or the answer
+    grader ("outcome").
+    """
 
     problem_id: str
     problem: str
     steps: tuple[str, ...]
     labels: tuple[int | None, ...]
+    weights: tuple[float, ...] | None = None
+    source: LabelSource = "human"
+
+    def __post_init__(self) -> None:
+        if len(self.labels) != len(self.steps):
+            raise ValueError(f"{len(self.labels)} labels for {len(self.steps)} steps (problem {self.problem_id!r})")
+        if self.weights is not None and len(self.weights) != len(self.steps):
+            raise ValueError(f"{len(self.weights)} weights for {len(self.steps)} steps (problem {self.problem_id!r})")
+
+    def label_weight(self, step: int) -> float:
+        return 1.0 if self.weights is None else self.weights[step]
 
 
 def rating_to_class(rating: int, neutral: NeutralHandling) -> int:
@@ -125,6 +178,73 @@ def solution_examples(solution: LabeledSolution, neutral: NeutralHandling = "own
 
 def build_examples(solutions: Iterable[LabeledSolution], neutral: NeutralHandling = "own") -> list[StepExample]:
     return [example for solution in solutions for example in solution_examples(solution, neutral)]
+
+
+def outcome_example(solution: OutcomeSolution, targets: OutcomeTargets = "final", weight: float = 1.0) -> StepExample:
+    """One sequence: the whole solution, labeled positive if its answer is right and
+    negative if wrong, at its final step ("final", what an ORM is trained on) or at every
+    step ("every_step"), each label weighing ``weight`` x the solution's weight."""
+    if targets not in OUTCOME_TARGETS:
+        raise ValueError(f"outcome targets must be one of {list(OUTCOME_TARGETS)}, got {targets!r}")
+    verdict = POSITIVE if solution.correct else NEGATIVE
+    count = len(solution.steps)
+    labeled = range(count) if targets == "every_step" else (count - 1,)
+    return StepExample(
+        problem_id=solution.problem_id,
+        problem=solution.problem,
+        steps=solution.steps,
+        labels=tuple(verdict if index in labeled else None for index in range(count)),
+        weights=(solution.weight * weight,) * count,
+        source="outcome",
+    )
+
+
+TrainingItem = LabeledSolution | OutcomeSolution | StepExample
+
+
+def training_examples(
+    items: Iterable[TrainingItem],
+    *,
+    objective: Objective = "process",
+    neutral: NeutralHandling = "own",
+    outcome_weight: float = 1.0,
+    outcome_targets: OutcomeTargets = "final",
+) -> list[StepExample]:
+    """Every item's sequences, in order, with labels of weight 0 removed.
+
+    A label that weighs nothing is no label: dropping it (and a sequence left with none)
+    makes a run with ``outcome_weight=0`` the very run without the outcome solutions.
+
+    ``objective="outcome"`` (an ORM) takes only outcome solutions, each labeled at its
+    final step; human step labels would make it a PRM, so they are refused.
+    """
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {list(OBJECTIVES)}, got {objective!r}")
+    examples: list[StepExample] = []
+    for index, item in enumerate(items):
+        if objective == "outcome":
+            if not isinstance(item, OutcomeSolution):
+                raise ValueError(
+                    f"an outcome-supervised run (objective='outcome') trains on OutcomeSolution items only; "
+                    f"item {index} is a {type(item).__name__} (problem {item.problem_id!r})"
+                )
+            examples.append(outcome_example(item, "final"))
+        elif isinstance(item, OutcomeSolution):
+            examples.append(outcome_example(item, outcome_targets, outcome_weight))
+        elif isinstance(item, LabeledSolution):
+            examples.extend(solution_examples(item, neutral))
+        else:
+            examples.append(item)
+    return [kept for example in examples if (kept := _without_weightless_labels(example)) is not None]
+
+
+def _without_weightless_labels(example: StepExample) -> StepExample | None:
+    if example.weights is None:
+        return example if any(label is not None for label in example.labels) else None
+    labels = tuple(label if weight > 0 else None for label, weight in zip(example.labels, example.weights, strict=True))
+    if all(label is None for label in labels):
+        return None
+    return replace(example, labels=labels)
 
 
 def is_validation_problem(problem_id: str, val_fraction: float, salt: str = "prm-split") -> bool:

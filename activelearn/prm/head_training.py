@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch.nn import functional as F
@@ -23,7 +23,7 @@ from activelearn.prm.batching import LabeledSequence, encode_examples, pad_batch
 from activelearn.prm.data import LabeledSolution, build_examples
 from activelearn.prm.evaluation import auroc
 from activelearn.prm.feature_cache import FeatureCache
-from activelearn.prm.modeling import NEGATIVE, ProcessRewardModel
+from activelearn.prm.modeling import NEGATIVE, ProcessRewardModel, weighted_cross_entropy
 
 # Sequences per forward pass when computing features (inference only, so larger than a
 # training batch).
@@ -34,6 +34,16 @@ FEATURE_BATCH = 16
 class Features:
     vectors: torch.Tensor  # [labels, hidden], float32
     classes: torch.Tensor  # [labels], long
+    # [labels] loss weight of each label (LabeledSequence.label_weights); None: all 1.
+    weights: torch.Tensor | None = None
+
+
+def with_label_weights(features: Features, sequences: Sequence[LabeledSequence]) -> Features:
+    """``features`` of ``sequences`` (in their order) with each label's loss weight."""
+    weights = [w for sequence in sequences for w in sequence.weights()]
+    if len(weights) != len(features.classes):
+        raise ValueError(f"{len(weights)} label weights for {len(features.classes)} features")
+    return replace(features, weights=torch.tensor(weights, dtype=torch.float32))
 
 
 @dataclass(frozen=True)
@@ -145,7 +155,7 @@ def fit_head(
         raise ValueError("no labeled steps to train on")
     mean = train.vectors.mean(dim=0)
     scale = train.vectors.std(dim=0).clamp_min(1e-6)
-    standard_train = Features((train.vectors - mean) / scale, train.classes)
+    standard_train = Features((train.vectors - mean) / scale, train.classes, train.weights)
     standard_val = Features((validation.vectors - mean) / scale, validation.classes)
     torch.manual_seed(seed)
     head = torch.nn.Linear(train.vectors.shape[1], len(model.prm_config.label_names))
@@ -162,7 +172,8 @@ def fit_head(
         for start in range(0, len(order), batch_size):
             index = torch.tensor(order[start : start + batch_size])
             logits = head(standard_train.vectors[index])
-            loss = F.cross_entropy(logits, standard_train.classes[index], weight=class_weights)
+            weights = None if standard_train.weights is None else standard_train.weights[index]
+            loss = weighted_cross_entropy(logits, standard_train.classes[index], class_weights, weights)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()  # type: ignore[no-untyped-call]
             optimizer.step()

@@ -38,6 +38,33 @@ FORMAT_VERSION = 1
 # linear head on one hidden vector finds hard to learn from a few hundred labels
 # (docs/simulation.md measures both).
 STEP_FEATURES: dict[str, int] = {"surprise": 3}
+# activelearn.prm.data.OBJECTIVES (data imports this module, not the other way round).
+OBJECTIVES = ("process", "outcome")
+
+
+def weighted_cross_entropy(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    class_weights: torch.Tensor | None = None,
+    label_weights: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Cross-entropy averaged over labels with weight class_weight[y] x label_weight.
+
+    A weighted mean, like ``F.cross_entropy(weight=)``, which it equals without label
+    weights: two copies of one input with label weights p and 1 - p then cost exactly the
+    soft-target cross-entropy of (p, 1 - p). A batch whose labels all weigh nothing costs
+    a connected zero (under DDP every rank has to run backward).
+    """
+    per_label = F.cross_entropy(logits.float(), targets, weight=class_weights, reduction="none")
+    weights = torch.ones_like(per_label) if class_weights is None else class_weights[targets].float()
+    if label_weights is not None:
+        weights = weights * label_weights.float()
+    if targets.numel() == 0:
+        return logits.sum() * 0.0
+    # F.cross_entropy's per-label terms already carry the class weight. Where every weight
+    # is 0 the sum is a connected 0 too; the clamp (not a branch) spares a device sync.
+    per_label = per_label if label_weights is None else per_label * label_weights.float()
+    return per_label.sum() / weights.sum().clamp_min(torch.finfo(torch.float32).tiny)
 
 
 @dataclass
@@ -51,7 +78,14 @@ class PRMConfig:
     rating_to_class: dict[str, int] = field(default_factory=lambda: {str(k): v for k, v in RATING_TO_CLASS.items()})
     # Names from STEP_FEATURES; saved PRMs from before this field read as none.
     step_features: list[str] = field(default_factory=list)
+    # "process" (a PRM: human step labels) or "outcome" (an ORM: final-answer verdicts,
+    # read at the final step); saved models from before this field read as "process".
+    objective: str = "process"
     format_version: int = FORMAT_VERSION
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {list(OBJECTIVES)}, got {self.objective!r}")
 
     @property
     def head_inputs(self) -> int:
@@ -171,12 +205,14 @@ class ProcessRewardModel(nn.Module):
         labels: torch.Tensor | None = None,
         positions: tuple[torch.Tensor, torch.Tensor] | None = None,
         step_starts: torch.Tensor | None = None,
+        label_weights: torch.Tensor | None = None,
     ) -> PRMOutput:
         """Head logits at the labeled separators (``labels``) or at ``positions``.
 
         ``step_starts`` gives where each step's tokens begin (``EncodedWindow.step_starts``):
         laid out like ``labels`` ([batch, seq]) or parallel to ``positions``. Only step
-        features read it; a PRM without them ignores it.
+        features read it; a PRM without them ignores it. ``label_weights`` (laid out like
+        ``labels``) weighs each label's loss (``weighted_cross_entropy``).
         """
         hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
         # Only separator positions matter, so the head runs on those rows alone.
@@ -185,11 +221,9 @@ class ProcessRewardModel(nn.Module):
             starts = None if step_starts is None else step_starts[rows, cols]
             logits = self.head(self.head_vectors(hidden, input_ids, rows, cols, starts))
             targets = labels[rows, cols]
-            # An all-unlabeled batch still yields a connected (zero) loss: under DDP every
-            # rank has to run backward.
             weights = None if self.class_weights is None else self.class_weights.to(logits.device)
-            loss = F.cross_entropy(logits.float(), targets, weight=weights) if targets.numel() else logits.sum() * 0.0
-            return PRMOutput(logits=logits, loss=loss)
+            per_label = None if label_weights is None else label_weights[rows, cols]
+            return PRMOutput(logits=logits, loss=weighted_cross_entropy(logits, targets, weights, per_label))
         if positions is not None:
             rows, cols = positions
             return PRMOutput(logits=self.head(self.head_vectors(hidden, input_ids, rows, cols, step_starts)), loss=None)

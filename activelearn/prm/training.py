@@ -37,14 +37,25 @@ from activelearn.prm.batching import (
 )
 from activelearn.prm.calibration import calibrate
 from activelearn.prm.data import (
+    OBJECTIVES,
+    OUTCOME_TARGETS,
     LabeledSolution,
     NeutralHandling,
+    Objective,
+    OutcomeTargets,
     StepExample,
-    build_examples,
+    TrainingItem,
     split_by_problem,
+    training_examples,
 )
 from activelearn.prm.evaluation import auroc
-from activelearn.prm.head_training import HeadEpoch, backbone_is_frozen, fit_head, separator_features
+from activelearn.prm.head_training import (
+    HeadEpoch,
+    backbone_is_frozen,
+    fit_head,
+    separator_features,
+    with_label_weights,
+)
 from activelearn.prm.modeling import CONFIG_FILE, IGNORE_INDEX, NEGATIVE, ProcessRewardModel
 from activelearn.prm.recipes import recipe_for
 
@@ -100,6 +111,28 @@ class TrainConfig:
     gradient_checkpointing: bool | None = None  # None: on when CUDA is available
     eval_batch_size: int = 16
     cpu: bool = False
+    # "process": a PRM on human step labels (outcome solutions may join them, below);
+    # "outcome": an ORM, trained on OutcomeSolutions only, each labeled at its final step.
+    objective: Objective = "process"
+    # In a process run, the loss weight of each outcome label relative to a human step
+    # label (0: the outcome solutions are left out), and which of an outcome solution's
+    # steps are labeled: "final" or "every_step" (every step gets the answer's verdict).
+    outcome_weight: float = 1.0
+    outcome_targets: OutcomeTargets = "final"
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {list(OBJECTIVES)}, got {self.objective!r}")
+        if self.outcome_targets not in OUTCOME_TARGETS:
+            raise ValueError(f"outcome_targets must be one of {list(OUTCOME_TARGETS)}, got {self.outcome_targets!r}")
+        weight = self.outcome_weight
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight) or weight < 0:
+            raise ValueError(f"outcome_weight must be a finite number >= 0, got {weight!r}")
+        if self.objective == "outcome" and self.outcome_targets != "final":
+            raise ValueError(
+                "outcome_targets applies to outcome labels mixed into a process run; "
+                "an ORM (objective='outcome') labels the final step only"
+            )
 
     def hyperparameters(self) -> dict[str, Any]:
         values = asdict(self)
@@ -154,7 +187,8 @@ class TrainResult:
     val_majority_accuracy: float | None
     val_auroc: float | None
     epochs: list[dict[str, Any]]
-    # Threshold and aggregation chosen on the validation solutions (None without any).
+    # Threshold and aggregation chosen on the validation solutions (None without any); an
+    # ORM's are fixed: aggregation "last", no first-error threshold.
     calibration: dict[str, Any] | None
     examples_seen: int  # training sequences processed (including before a resume)
     labeled_steps_seen: int
@@ -162,6 +196,10 @@ class TrainResult:
     resumed_from_step: int
     duration_s: float
     hyperparameters: dict[str, Any] = field(default_factory=dict)
+    # Labels of the training sequences by source: human step labels (LabeledSolution and
+    # StepExample items) and answer verdicts (OutcomeSolution items), weight-0 ones left out.
+    human_labels: int = 0
+    outcome_labels: int = 0
 
     def to_json(self) -> str:
         values = asdict(self)
@@ -191,13 +229,36 @@ def latest_checkpoint(output_dir: Path) -> Path | None:
     return max(found)[1] if found else None
 
 
-def _prepare_examples(
-    items: Sequence[LabeledSolution | StepExample],
-    neutral: NeutralHandling,
-) -> list[StepExample]:
-    ready = [item for item in items if isinstance(item, StepExample)]
-    labeled = [item for item in items if isinstance(item, LabeledSolution)]
-    return ready + build_examples(labeled, neutral)
+def _prepare_examples(items: Sequence[TrainingItem], config: TrainConfig) -> tuple[list[StepExample], int, int]:
+    """The items' training sequences, and how many labels came from humans and from answers."""
+    examples = training_examples(
+        items,
+        objective=config.objective,
+        neutral=config.neutral,
+        outcome_weight=config.outcome_weight,
+        outcome_targets=config.outcome_targets,
+    )
+    human = outcome = 0
+    for example in examples:
+        labels = sum(label is not None for label in example.labels)
+        if example.source == "outcome":
+            outcome += labels
+        else:
+            human += labels
+    return examples, human, outcome
+
+
+def outcome_calibration(validation_solutions: int) -> dict[str, Any]:
+    """An ORM's calibration: nothing is chosen. It is trained to score the whole solution
+    at its final step, so that step's score is the solution's ("last"); it is never taught
+    where an error is, so it has no first-error threshold."""
+    return {
+        "objective": "outcome",
+        "threshold": None,
+        "aggregation": "last",
+        "aggregation_reason": "outcome-supervised: trained to score the solution at its final step",
+        "solutions": validation_solutions,
+    }
 
 
 def _build_model(config: TrainConfig) -> tuple[ProcessRewardModel, PreTrainedTokenizerBase]:
@@ -252,11 +313,15 @@ def freeze_lower_layers(model: ProcessRewardModel, count: int) -> int:
 
 
 def class_weights(sequences: Sequence[LabeledSequence], classes: int) -> torch.Tensor:
-    """total / (present classes x count) per class; 0 for a class with no label."""
+    """total / (present classes x count) per class; 0 for a class with no label.
+
+    A label counts by its loss weight, so that after weighting each present class carries
+    the same share of the loss: ten outcome labels of weight 0.1 count as one label.
+    """
     counts = torch.zeros(classes, dtype=torch.float64)
     for sequence in sequences:
-        for label in sequence.label_classes:
-            counts[label] += 1
+        for label, weight in zip(sequence.label_classes, sequence.weights(), strict=True):
+            counts[label] += weight
     present = counts > 0
     weights = torch.zeros(classes, dtype=torch.float64)
     weights[present] = counts.sum() / (int(present.sum()) * counts[present])
@@ -273,9 +338,11 @@ def data_fingerprint(train: Sequence[LabeledSequence], validation: Sequence[Labe
     for part, sequences in (("train", train), ("validation", validation)):
         digest.update(part.encode())
         for sequence in sequences:
-            digest.update(
-                json.dumps([sequence.input_ids, sequence.label_positions, sequence.label_classes]).encode() + b"\n"
-            )
+            record: list[Any] = [sequence.input_ids, sequence.label_positions, sequence.label_classes]
+            # Only when some weight is not 1, so that runs without weights keep their fingerprint.
+            if sequence.label_weights is not None and any(w != 1.0 for w in sequence.label_weights):
+                record.append(sequence.label_weights)
+            digest.update(json.dumps(record).encode() + b"\n")
     return digest.hexdigest()
 
 
@@ -313,10 +380,10 @@ def output_dir_claim(output_dir: Path, manifest: dict[str, str]) -> None:
 
 
 def train_prm(
-    solutions: Sequence[LabeledSolution | StepExample],
+    solutions: Sequence[TrainingItem],
     config: TrainConfig,
     *,
-    validation: Sequence[LabeledSolution | StepExample] | None = None,
+    validation: Sequence[TrainingItem] | None = None,
     progress: ProgressCallback | None = None,
     on_epoch: Callable[[EpochReport], None] | None = None,
     run_id: str | None = None,
@@ -332,6 +399,13 @@ def train_prm(
     problem never lands on both sides. After every epoch the validation set is evaluated
     (``on_epoch`` gets the report); at the end its labeled solutions choose the
     first-error threshold and the solution aggregation (``calibration``).
+
+    Items may mix human-labeled solutions (``LabeledSolution``, ``StepExample``) and
+    answer-labeled ones (``OutcomeSolution``; ``config.outcome_weight`` and
+    ``outcome_targets`` say how they count). With ``config.objective="outcome"`` the
+    model is an ORM: only ``OutcomeSolution`` items, each labeled at its final step; its
+    validation AUROC is that of the final-step score against answer correctness, and its
+    calibration is fixed (``outcome_calibration``).
     """
     started = time.monotonic()
     config = config.resolved()
@@ -348,14 +422,17 @@ def train_prm(
         train_items, val_items = split_by_problem(list(solutions), config.val_fraction, config.split_salt)
     else:
         train_items, val_items = list(solutions), list(validation)
-    train_examples = _prepare_examples(train_items, config.neutral)
-    val_examples = _prepare_examples(val_items, config.neutral)
+    train_examples, human_labels, outcome_labels = _prepare_examples(train_items, config)
+    val_examples, _, _ = _prepare_examples(val_items, config)
     if not train_examples:
         raise ValueError("no training examples")
+    labels_by_source = (human_labels, outcome_labels)
 
     # Seeded before building so the fresh head's initialisation is reproducible.
     set_seed(config.seed)
     model, tokenizer = _build_model(config)
+    # What the saved model is: a PRM trained on from an ORM (or back) becomes what this run trains.
+    model.prm_config.objective = config.objective
     if checkpointing:
         model.enable_gradient_checkpointing()
     encoder = model.step_encoder(tokenizer)
@@ -380,7 +457,7 @@ def train_prm(
     if backbone_is_frozen(model):
         return _train_head_only(
             config, model, tokenizer, train_sequences, val_sequences, val_items, encoder.pad_id, started, progress,
-            on_epoch,
+            on_epoch, labels_by_source,
         )  # fmt: skip
     # Multiples of 8 let tensor cores run at full speed; on CPU it would only add padding.
     collator = TrainingCollator(pad_id=encoder.pad_id, pad_to_multiple_of=8 if cuda else 1)
@@ -488,10 +565,10 @@ def train_prm(
     unwrapped = accelerator.unwrap_model(model)
     assert isinstance(unwrapped, ProcessRewardModel)
     calibration = None
-    labeled_validation = [item for item in val_items if isinstance(item, LabeledSolution)]
-    if accelerator.is_main_process and labeled_validation:
-        found = calibrate(unwrapped, tokenizer, labeled_validation, batch_size=config.eval_batch_size)
-        calibration = found.to_json() if found is not None else None
+    if config.objective == "outcome":
+        calibration = outcome_calibration(len(val_items))
+    elif accelerator.is_main_process:
+        calibration = _calibrate_process(unwrapped, tokenizer, val_items, config.eval_batch_size)
     result = TrainResult(
         final_dir=final_dir,
         train_loss_curve=state.loss_curve,
@@ -508,6 +585,8 @@ def train_prm(
         resumed_from_step=resumed_from,
         duration_s=time.monotonic() - started,
         hyperparameters=config.hyperparameters(),
+        human_labels=labels_by_source[0],
+        outcome_labels=labels_by_source[1],
     )
     if accelerator.is_main_process:
         unwrapped.save_pretrained(final_dir, tokenizer)
@@ -516,17 +595,33 @@ def train_prm(
     return result
 
 
+def _calibrate_process(
+    model: ProcessRewardModel,
+    tokenizer: PreTrainedTokenizerBase,
+    val_items: Sequence[TrainingItem],
+    batch_size: int,
+) -> dict[str, Any] | None:
+    """Threshold and aggregation from the human-labeled validation solutions (outcome
+    solutions carry no first error to choose a threshold on)."""
+    labeled_validation = [item for item in val_items if isinstance(item, LabeledSolution)]
+    if not labeled_validation:
+        return None
+    found = calibrate(model, tokenizer, labeled_validation, batch_size=batch_size)
+    return found.to_json() if found is not None else None
+
+
 def _train_head_only(
     config: TrainConfig,
     model: ProcessRewardModel,
     tokenizer: PreTrainedTokenizerBase,
     train_sequences: Sequence[LabeledSequence],
     val_sequences: Sequence[LabeledSequence],
-    val_items: Sequence[LabeledSolution | StepExample],
+    val_items: Sequence[TrainingItem],
     pad_id: int,
     started: float,
     progress: ProgressCallback | None,
     on_epoch: Callable[[EpochReport], None] | None,
+    labels_by_source: tuple[int, int],
 ) -> TrainResult:
     """The frozen-backbone path: features once, then the head (see ``head_training``).
 
@@ -546,7 +641,10 @@ def _train_head_only(
 
     # The separator id lets the features come through the feature cache (``feature_cache``).
     separator = model.step_encoder(tokenizer).separator_id
-    train_features = separator_features(model, train_sequences, pad_id, device, on_batch=alive, separator_id=separator)
+    train_features = with_label_weights(
+        separator_features(model, train_sequences, pad_id, device, on_batch=alive, separator_id=separator),
+        train_sequences,
+    )
     val_features = separator_features(model, val_sequences, pad_id, device, on_batch=alive, separator_id=separator)
     model.to("cpu")
     epochs: list[dict[str, Any]] = []
@@ -580,8 +678,11 @@ def _train_head_only(
         on_epoch=epoch_done,
     )
     final_dir = Path(config.output_dir) / FINAL_DIR
-    labeled_validation = [item for item in val_items if isinstance(item, LabeledSolution)]
-    found = calibrate(model, tokenizer, labeled_validation, batch_size=config.eval_batch_size)
+    calibration = (
+        outcome_calibration(len(val_items))
+        if config.objective == "outcome"
+        else _calibrate_process(model, tokenizer, val_items, config.eval_batch_size)
+    )
     last = epochs[-1]
     result = TrainResult(
         final_dir=final_dir,
@@ -592,13 +693,15 @@ def _train_head_only(
         val_majority_accuracy=last["val_majority_accuracy"],
         val_auroc=last["val_auroc"],
         epochs=epochs,
-        calibration=found.to_json() if found is not None else None,
+        calibration=calibration,
         examples_seen=len(train_sequences) * config.num_epochs,
         labeled_steps_seen=len(train_features.classes) * config.num_epochs,
         optimizer_steps=len(curve),
         resumed_from_step=0,
         duration_s=time.monotonic() - started,
         hyperparameters=config.hyperparameters(),
+        human_labels=labels_by_source[0],
+        outcome_labels=labels_by_source[1],
     )
     model.save_pretrained(final_dir, tokenizer)
     _write_atomically(Path(config.output_dir) / RESULT_FILE, result.to_json())
