@@ -23,7 +23,10 @@ from django.utils.safestring import SafeString
 from activelearn.evaluation_summary import checkpoint_evaluation_rows
 from activelearn.generation_report import generation_notes, generation_progress
 from activelearn.models import PRMCheckpoint, SolutionScore
+from activelearn.phase_one import phase_one_open
 from activelearn.pipeline import (
+    INTEGER_MAX,
+    K_MAX,
     GenerationConfig,
     GenerationConfigError,
     PipelineError,
@@ -32,7 +35,7 @@ from activelearn.pipeline import (
     generation_start,
 )
 from labeling.admin import SolutionAdmin
-from labeling.models import Generation, Solution
+from labeling.models import Generation, Phase, Solution
 from labeling.staff.admin_base import FastListAdmin, ReadOnlyAdminMixin
 
 
@@ -139,22 +142,101 @@ class SolutionScoreAdmin(ReadOnlyAdminMixin, FastListAdmin):
 # --- Generations --------------------------------------------------------------
 
 
+# The GenerationConfig keys the start form gives fields of their own; the rest stay in its JSON.
+FORM_KEYS = ("k", "per_problem", "wrong_share", "split", "qc_items", "overlap_share", "retrain", "base_model")
+_SPLITS = [("any", "any split"), ("train", "train"), ("validation", "validation"), ("test", "test"), ("", "no split")]
+_YES_NO = [("", "default"), ("yes", "yes"), ("no", "no")]
+
+
 class GenerationStartForm(forms.Form):
+    """A phase-2 generation (its common GenerationConfig keys as fields, the rest as JSON) or phase-1 work."""
+
+    phase = forms.TypedChoiceField(
+        choices=[(Phase.TWO, "phase 2: retrain, score, select convincing solutions"), (Phase.ONE, "phase 1")],
+        coerce=int,
+        required=False,
+        empty_value=Phase.TWO,
+        initial=Phase.TWO,
+        help_text="Phase 1 opens problems, drawn uniformly from those not yet served in phase 1, for labelers to "
+        "solve step by step from generated candidate steps (docs/step-generation.md); it uses K and split only.",
+    )
     number = forms.IntegerField(
-        required=False, min_value=0, help_text="Leave empty for the next number after the highest one."
+        required=False,
+        min_value=0,
+        max_value=INTEGER_MAX,
+        help_text="Phase 2. Leave empty for the next number after the highest one.",
+    )
+    k = forms.IntegerField(
+        label="K",
+        required=False,
+        min_value=1,
+        max_value=K_MAX,
+        help_text="Solutions to select (phase 2; per problem with 'per problem'), problems to open (phase 1).",
+    )
+    per_problem = forms.TypedChoiceField(
+        choices=_YES_NO, required=False, empty_value=None, coerce=lambda v: v == "yes", help_text="K per problem."
+    )
+    wrong_share = forms.FloatField(
+        required=False, min_value=0.0, max_value=1.0, help_text="Share of convincing wrong-answer picks."
+    )
+    split = forms.ChoiceField(choices=_SPLITS, required=False, initial="any", help_text="Pool: problems of this split.")
+    qc_items = forms.IntegerField(
+        label="QC items", required=False, min_value=0, help_text="Gold QC items added to the generation."
+    )
+    overlap_share = forms.FloatField(
+        required=False, min_value=0.0, max_value=1.0, help_text="Share of tasks labeled twice (empty: OVERLAP_SHARE)."
+    )
+    retrain = forms.TypedChoiceField(
+        choices=_YES_NO,
+        required=False,
+        empty_value=None,
+        coerce=lambda v: v == "yes",
+        help_text="Train a new checkpoint first; 'no' scores with checkpoint_id or the newest READY one.",
+    )
+    base_model = forms.CharField(
+        required=False, max_length=500, help_text="Backbone to train from (empty: PRM_BACKBONE)."
     )
     config = forms.JSONField(
-        help_text="GenerationConfig as JSON (docs/active-learning.md); keys left out take their defaults."
+        label="other options",
+        required=False,
+        help_text="Phase 2: the other GenerationConfig keys as a JSON object (docs/active-learning.md); keys left "
+        "out take their defaults. A key set both here and in its field must agree.",
     )
 
-    def clean_config(self) -> Any:
-        value = self.cleaned_data["config"]
+    def clean_config(self) -> dict[str, Any]:
+        value = self.cleaned_data.get("config")
+        if value in (None, ""):
+            return {}
         if not isinstance(value, dict):
-            raise forms.ValidationError("The configuration is a JSON object.")
+            raise forms.ValidationError("The other options are a JSON object.")
+        return value
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if self.errors:
+            return cleaned
+        values: dict[str, Any] = dict(cleaned.get("config") or {})
+        for key in FORM_KEYS:
+            given = cleaned.get(key)
+            if given is None or (key in ("base_model",) and given == ""):
+                continue
+            if key == "split":
+                given = None if given == "any" else given
+                if given is None and "split" not in values:
+                    continue
+            if key in values and values[key] != given:
+                raise forms.ValidationError(
+                    f"{key} is {given!r} in its field but {values[key]!r} in the other options; set it in one place."
+                )
+            values[key] = given
+        cleaned["values"] = values
+        if cleaned["phase"] == Phase.ONE:
+            return cleaned
         try:
-            return GenerationConfig.from_json(value)
+            cleaned["generation_config"] = GenerationConfig.from_json(values)
         except (GenerationConfigError, TypeError, ValueError) as exc:
             raise forms.ValidationError(str(exc)) from None
+        return cleaned
 
 
 @admin.register(Generation)
@@ -203,16 +285,29 @@ class GenerationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[typ
     def start_view(self, request: HttpRequest) -> HttpResponse:
         if not request.user.is_staff:
             raise PermissionDenied
-        form = GenerationStartForm(
-            request.POST or None, initial={"config": GenerationConfig().to_json()} if request.method == "GET" else None
-        )
+        defaults = GenerationConfig()
+        initial = {key: getattr(defaults, key) for key in ("k", "wrong_share", "qc_items")}
+        form = GenerationStartForm(request.POST or None, initial={**initial, "config": {}})
         if request.method == "POST" and form.is_valid():
+            data = form.cleaned_data
             try:
-                generation = generation_start(number=form.cleaned_data["number"], config=form.cleaned_data["config"])
+                if data["phase"] == Phase.ONE:
+                    values = data["values"]
+                    opened = phase_one_open(
+                        count=values.get("k", defaults.k),
+                        split=values.get("split"),
+                        problem_ids=values.get("problem_ids"),
+                    )
+                    message = f"phase 1: {opened.tasks} problem(s) opened for labeling"
+                    if opened.tasks < values.get("k", defaults.k):
+                        message += f" (only {opened.available} not yet served in phase 1)"
+                else:
+                    generation = generation_start(number=data["number"], config=data["generation_config"])
+                    message = f"{generation} requested; its steps run on the workers."
             except PipelineError as exc:
                 form.add_error(None, str(exc))
             else:
-                self.message_user(request, f"{generation} requested; its steps run on the workers.", messages.SUCCESS)
+                self.message_user(request, message, messages.SUCCESS)
                 return HttpResponseRedirect(reverse("admin:labeling_generation_changelist"))
         context = {**self.admin_site.each_context(request), "title": "Start a generation", "form": form}
         return TemplateResponse(request, "admin/labeling/generation/start.html", context)

@@ -59,7 +59,7 @@ from activelearn.models import (
     ScoreChunkStatus,
     SolutionScore,
 )
-from activelearn.selection import PoolCandidate, select_convincing
+from activelearn.selection import PoolCandidate, Selected, select_convincing, serving_order
 from annotate.celery import send_after_commit
 from labeling.models import (
     RUNNING_GENERATION_STATUSES,
@@ -67,6 +67,7 @@ from labeling.models import (
     GenerationStatus,
     GoldStep,
     Phase,
+    SelectionReason,
     Solution,
     Task,
     TaskKind,
@@ -83,6 +84,14 @@ logger = logging.getLogger(__name__)
 # Ids per query when reading the pool back (SQLite allows 32,766 bound parameters).
 ID_PAGE = 5000
 ERROR_MAX = 10_000
+# Generation.number and the ids a config names are 32-bit integer columns on PostgreSQL:
+# a larger value must be refused as input, not reach the database as a DataError.
+INTEGER_MAX = 2**31 - 1
+# Solutions one generation may select. PRM800K's generations served tens of thousands;
+# a bound keeps a typo (k=10**30) from reading as "the whole pool".
+K_MAX = 1_000_000
+SCORE_BATCH_MAX = 4096
+GRADE_TIMEOUT_MAX_S = 3600.0
 
 _S = GenerationStatus
 
@@ -195,7 +204,7 @@ class GenerationConfig:
         def integer(value: Any) -> bool:
             return isinstance(value, int) and not isinstance(value, bool)
 
-        need(integer(self.k) and self.k >= 1, "k must be a positive integer")
+        need(integer(self.k) and 1 <= self.k <= K_MAX, f"k must be an integer in [1, {K_MAX:,}]")
         need(isinstance(self.per_problem, bool), "per_problem must be true or false")
         need(
             isinstance(self.wrong_share, int | float) and 0.0 <= self.wrong_share <= 1.0,
@@ -206,8 +215,9 @@ class GenerationConfig:
             "split must be train, validation, test or empty",
         )
         need(
-            self.per_problem_cap is None or (integer(self.per_problem_cap) and self.per_problem_cap >= 1),
-            "per_problem_cap must be a positive integer",
+            self.per_problem_cap is None
+            or (integer(self.per_problem_cap) and 1 <= self.per_problem_cap <= INTEGER_MAX),
+            f"per_problem_cap must be an integer in [1, {INTEGER_MAX}]",
         )
         need(
             integer(self.qc_items) and 0 <= self.qc_items <= settings.QC_ITEMS_MAX,
@@ -225,15 +235,28 @@ class GenerationConfig:
             "reduction must be empty (the checkpoint's), product, min, mean or last",
         )
         need(isinstance(self.retrain, bool), "retrain must be true or false")
-        need(self.checkpoint_id is None or integer(self.checkpoint_id), "checkpoint_id must be an integer")
+        need(
+            self.checkpoint_id is None or (integer(self.checkpoint_id) and 1 <= self.checkpoint_id <= INTEGER_MAX),
+            f"checkpoint_id must be an integer in [1, {INTEGER_MAX}]",
+        )
         need(not (self.retrain and self.checkpoint_id is not None), "checkpoint_id is only used with retrain off")
         need(isinstance(self.base_model, str), "base_model must be a string")
-        need(self.through_generation is None or integer(self.through_generation), "through_generation: integer")
+        need(
+            self.through_generation is None
+            or (integer(self.through_generation) and -1 <= self.through_generation <= INTEGER_MAX),
+            f"through_generation must be an integer in [-1, {INTEGER_MAX}]",
+        )
         need(isinstance(self.training, Mapping), "training must be an object of TrainConfig options")
         unknown = set(self.training) - (TRAIN_CONFIG_KEYS - {"neutral"})
         need(not unknown, f"unknown training option(s): {', '.join(sorted(unknown))} (neutral has its own key)")
-        need(integer(self.score_batch_size) and self.score_batch_size >= 1, "score_batch_size must be positive")
-        need(isinstance(self.grade_timeout_s, int | float) and self.grade_timeout_s > 0, "grade_timeout_s must be > 0")
+        need(
+            integer(self.score_batch_size) and 1 <= self.score_batch_size <= SCORE_BATCH_MAX,
+            f"score_batch_size must be an integer in [1, {SCORE_BATCH_MAX}]",
+        )
+        need(
+            isinstance(self.grade_timeout_s, int | float) and 0 < self.grade_timeout_s <= GRADE_TIMEOUT_MAX_S,
+            f"grade_timeout_s must lie in (0, {GRADE_TIMEOUT_MAX_S:.0f}]",
+        )
 
 
 # --- The state machine ---------------------------------------------------------------
@@ -316,6 +339,8 @@ def generation_start(
     ``generation_at_most_one_running`` constraint, the other gets this error),
     GenerationNumberTakenError, GenerationConfigError.
     """
+    if number is not None and not (isinstance(number, int) and 0 <= number <= INTEGER_MAX):
+        raise GenerationConfigError(f"the generation number must be an integer in [0, {INTEGER_MAX}], not {number}")
     resolved = config if isinstance(config, GenerationConfig) else GenerationConfig.from_json(config or {})
     resolved.check()
     if not resolved.base_model:
@@ -824,6 +849,11 @@ def generation_select(*, generation_id: int) -> int:
                 wrong_share=config.wrong_share,
                 seed=run.generation.number or 0,
             )
+            ordered = serving_order(picks)
+            # The queue serves higher priority first (then lower id). The picks' own scores,
+            # highest first, are handed out along the serving order: the queue follows it,
+            # and priorities keep the scale they are compared on across open generations.
+            priorities = sorted((pick.priority for pick in ordered), reverse=True)
             contents = dict(
                 Solution.objects.filter(pk__in=[cast(int, p.solution_id) for p in picks]).values_list(
                     "pk", "content_sha256"
@@ -835,15 +865,15 @@ def generation_select(*, generation_id: int) -> int:
                         generation_id=generation_id,
                         solution_id=cast(int, pick.solution_id),
                         kind=TaskKind.NORMAL,
-                        # The queue serves higher priority first: the most convincing first.
-                        priority=pick.priority,
+                        priority=priority,
                         verifier_score=pick.priority,
                         labelers_needed=overlap_labelers_needed(
                             key=contents[cast(int, pick.solution_id)], share_=config.overlap_share
                         ),
                         status=TaskStatus.OPEN,
+                        selection_reason=selection_reason(pick),
                     )
-                    for pick in picks
+                    for pick, priority in zip(ordered, priorities, strict=True)
                 ]
             )
             qc = _quality_control_inject(generation=run.generation, count=config.qc_items)
@@ -868,6 +898,15 @@ def generation_select(*, generation_id: int) -> int:
         generation_fail(generation_id=generation_id, error=f"selecting: {_describe(error)}", step=_S.SELECTING)
         raise
     return len(picks)
+
+
+def selection_reason(pick: Selected) -> SelectionReason:
+    """Why ``select_convincing`` picked it, as the task records it: convincing, by its graded answer."""
+    if pick.bucket == "uniform":
+        return SelectionReason.UNIFORM
+    if pick.is_correct is False:
+        return SelectionReason.CONVINCING_WRONG_ANSWER
+    return SelectionReason.CONVINCING_CORRECT if pick.is_correct else SelectionReason.CONVINCING_UNGRADED
 
 
 def _quality_control_inject(*, generation: Generation, count: int) -> int:

@@ -135,3 +135,31 @@ def select_uniform(
     rng = random.Random(f"select-uniform:{seed}")
     chosen = rng.sample(pool, min(k_total, len(pool)))
     return [Selected(c.problem_id, c.solution_id, c.score, c.is_correct, "uniform") for c in chosen]
+
+
+def serving_order(selected: Sequence[Selected]) -> list[Selected]:
+    """``selected`` in the order to label them: every prefix holds the selection's share of
+    wrong answers (to within half a pick), each group most convincing first.
+
+    Sorting the whole selection by score would serve the convincing correct answers first:
+    a correct solution the PRM likes outscores a wrong one it likes, so with 80% wrong
+    picks the first tasks labeled were mostly correct ones, and a generation labeled only
+    in part (labelers stop, the next generation starts) trained on the wrong mix. Serving
+    wrong answers first would skew it the other way. Interleaving keeps the intended mix
+    at every point of the queue, and still labels the most convincing of each kind first.
+    """
+    wrong = sorted((s for s in selected if s.is_correct is False), key=lambda s: -s.priority)
+    other = sorted((s for s in selected if s.is_correct is not False), key=lambda s: -s.priority)
+    total = len(wrong) + len(other)
+    order: list[Selected] = []
+    taken_wrong = taken_other = 0
+    for position in range(1, total + 1):
+        # Wrong answers due among the first ``position``: position times the share, rounded half up.
+        due = (2 * position * len(wrong) + total) // (2 * total)
+        if taken_other == len(other) or (taken_wrong < len(wrong) and taken_wrong < due):
+            order.append(wrong[taken_wrong])
+            taken_wrong += 1
+        else:
+            order.append(other[taken_other])
+            taken_other += 1
+    return order

@@ -22,7 +22,10 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
+from rest_framework.authtoken.admin import TokenAdmin as DrfTokenAdmin
+from rest_framework.authtoken.models import TokenProxy
 
+from labeling.api.authentication import token_stamp
 from labeling.data.display import isolated
 from labeling.labelers import labeler_set_status
 from labeling.models import (
@@ -40,6 +43,7 @@ from labeling.models import (
 )
 from labeling.quality.gold import GoldError, GoldStepSpec, gold_set
 from labeling.staff.admin_base import KATEX_MEDIA, FastListAdmin, ReadOnlyAdminMixin, steps_html
+from labeling.work.answer_display import answer_segments
 from labeling.work.selectors import labeler_seconds_per_step, labelers_with_counts
 
 # --- Problems and solutions -------------------------------------------------
@@ -109,6 +113,7 @@ class SolutionAdmin(FastListAdmin):
     fields = [
         "problem",
         "problem_text",
+        "reference_answer",
         "steps_display",
         "final_answer",
         "source_model",
@@ -119,7 +124,7 @@ class SolutionAdmin(FastListAdmin):
         "gold_link",
         "created_at",
     ]
-    readonly_fields = ["problem", "problem_text", "steps_display", "gold_link", "created_at"]
+    readonly_fields = ["problem", "problem_text", "reference_answer", "steps_display", "gold_link", "created_at"]
 
     @property
     def media(self) -> forms.Media:
@@ -134,9 +139,25 @@ class SolutionAdmin(FastListAdmin):
             return "correct" if obj.is_correct else "wrong"
         return obj.grading_note or "not graded"
 
-    @admin.display(description="problem")
+    # "problem" is the link to the problem's row; its text has a label of its own.
+    @admin.display(description="problem statement")
     def problem_text(self, obj: Solution) -> SafeString:
         return format_html('<div class="math">{}</div>', isolated(obj.problem.problem))
+
+    @admin.display(description="reference answer")
+    def reference_answer(self, obj: Solution) -> SafeString:
+        answer = obj.problem.answer
+        if not answer:
+            return format_html("<em>{}</em>", "none")
+        # What answer_display reads as math is typeset; plain text ("sqrt(3)") is shown as written.
+        return format_html_join(
+            " ",
+            "{}",
+            (
+                (format_html('<span class="math">\\({}\\)</span>', part) if kind == "math" else isolated(part),)
+                for kind, part in answer_segments(answer)
+            ),
+        )
 
     @admin.display(description="steps")
     def steps_display(self, obj: Solution) -> SafeString:
@@ -220,9 +241,18 @@ class AssignmentInline(ReadOnlyAdminMixin, admin.TabularInline):  # type: ignore
 
 @admin.register(Task)
 class TaskAdmin(FastListAdmin):
-    list_display = ["id", "generation", "kind", "status", "priority", "labelers_needed", "problem_id_display"]
+    list_display = [
+        "id",
+        "generation",
+        "kind",
+        "selection_reason",
+        "status",
+        "priority",
+        "labelers_needed",
+        "problem_id_display",
+    ]
     list_select_related = ["generation", "solution__problem"]
-    list_filter = ["status", "kind", "generation"]
+    list_filter = ["status", "kind", "selection_reason", "generation"]
     search_fields = ["=id", "=solution__problem__unique_id"]
     raw_id_fields = ["solution"]
     ordering = ["-id"]
@@ -230,6 +260,7 @@ class TaskAdmin(FastListAdmin):
         "generation",
         "solution",
         "kind",
+        "selection_reason",
         "is_quality_control",
         "serial",
         "verifier_score",
@@ -485,3 +516,15 @@ class ExportJobAdmin(ReadOnlyAdminMixin, FastListAdmin):
         if obj.status != "done":
             return format_html("{}", "—")
         return format_html('<a href="{}">download</a>', reverse("api-export-download", args=[obj.pk]))
+
+
+# DRF's token admin, which also binds a token it issues to its user's current
+# password, so that a password change revokes it (labeling.api.authentication).
+admin.site.unregister(TokenProxy)
+
+
+@admin.register(TokenProxy)
+class TokenAdmin(DrfTokenAdmin):  # type: ignore[misc]  # DRF ships no type information
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        token_stamp(token=obj)

@@ -254,6 +254,23 @@ class TaskStatus(models.TextChoices):
     RETIRED = "retired", "retired"
 
 
+class SelectionReason(models.TextChoices):
+    """Why a task was picked: what the selecting rule saw in it (exported beside the records)."""
+
+    # activelearn.selection.select_convincing: high PRM score, by the graded final answer.
+    CONVINCING_WRONG_ANSWER = "convincing_wrong_answer", "convincing wrong answer"
+    CONVINCING_CORRECT = "convincing_correct", "convincing, correct answer"
+    CONVINCING_UNGRADED = "convincing_ungraded", "convincing, answer not graded"
+    # A uniform draw (phase-1 problems; activelearn.selection.select_uniform).
+    UNIFORM = "uniform", "uniform draw"
+    QUALITY_CONTROL = "quality_control", "gold QC item"
+    SCREENING = "screening", "screening item"
+    # Served elsewhere and loaded with its labels (the PRM800K release, the demo's CHAMP work).
+    IMPORTED = "imported", "imported"
+    # Made before the reason was recorded, or by code that does not say.
+    UNRECORDED = "unrecorded", "not recorded"
+
+
 class Task(models.Model):
     """A solution (or, in phase 1, a problem) served to labelers in a generation."""
 
@@ -277,6 +294,13 @@ class Task(models.Model):
     # exported record has the same keys as the imported one.
     absent_question_keys = models.CharField(max_length=200, blank=True, default="")
     status = models.CharField(max_length=10, choices=TaskStatus.choices, default=TaskStatus.OPEN)
+    # Not part of the PRM800K record; labeling.data.exports writes it to a file beside it.
+    selection_reason = models.CharField(
+        max_length=32,
+        choices=SelectionReason.choices,
+        default=SelectionReason.UNRECORDED,
+        db_default=SelectionReason.UNRECORDED,
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -293,6 +317,10 @@ class Task(models.Model):
             models.CheckConstraint(
                 condition=~Q(kind=TaskKind.NORMAL) | Q(is_quality_control=False),
                 name="task_normal_kind_is_not_qc",
+            ),
+            # A bulk insert (COPY, raw SQL) cannot store a reason the admin and the export cannot name.
+            models.CheckConstraint(
+                condition=Q(selection_reason__in=SelectionReason.values), name="task_selection_reason_known"
             ),
         ]
         indexes = [
@@ -609,3 +637,16 @@ class StepCandidateSet(models.Model):
 
     def __str__(self) -> str:
         return f"candidates for assignment {self.assignment_id} step {self.step_index} ({self.status})"
+
+
+class ApiTokenStamp(models.Model):
+    """The password an API token was issued under (``labeling.api.authentication``).
+
+    ``auth_hash`` is the user's ``get_session_auth_hash()`` when the token was issued
+    (or first used, for a token made without one): an HMAC of the password hash, the
+    same value a session stores. A token whose user's hash differs is revoked.
+    """
+
+    token = models.OneToOneField("authtoken.Token", on_delete=models.CASCADE, primary_key=True, related_name="stamp")
+    auth_hash = models.CharField(max_length=128)
+    created_at = models.DateTimeField(auto_now_add=True)

@@ -63,6 +63,7 @@ from labeling.models import (
     LabelerStatus,
     Phase,
     Problem,
+    SelectionReason,
     Solution,
     Split,
     StepRating,
@@ -534,6 +535,9 @@ def demo_load(
                         # a generation opens, its picks are served before generation 0's rest.
                         priority=task_priority(p.unique_id, s.conversation) - 1.0,
                         labelers_needed=1,
+                        # No model chose them: CHAMP's order of a problem's solutions says
+                        # nothing of their answers or of any PRM, so they are an unselected sample.
+                        selection_reason=SelectionReason.UNIFORM,
                     )
                 )
         Task.objects.bulk_create(open_tasks, batch_size=500)
@@ -606,6 +610,8 @@ def _demo_labeled_work(
                 serial=0,
                 priority=task_priority(*key),
                 status=TaskStatus.DONE,
+                # CHAMP's own annotation of the solution, loaded as labeled work.
+                selection_reason=SelectionReason.IMPORTED,
             )
             for key in keys
         ],

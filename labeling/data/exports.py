@@ -25,7 +25,7 @@ import orjson
 from django.db.models import Q, TextField
 from django.db.models.functions import Cast
 
-from labeling.data.files import ExportResult, HashingWriter, export_file_write, lines_write
+from labeling.data.files import ExportResult, HashingWriter, export_file_write, lines_write, write_atomically
 from labeling.data.labels import label_steps_for
 from labeling.data.snapshot import read_snapshot
 from labeling.models import (
@@ -79,6 +79,7 @@ _ASSIGNMENT_FIELDS = (
     "solution_steps_json",
     "task__solution__final_answer",
     "task__solution__problem_id",
+    "task__selection_reason",
     "label_steps_json",
 )
 # Problems repeat across records (PRM800K: ~12k problems for ~100k records), so
@@ -87,7 +88,9 @@ _ASSIGNMENT_FIELDS = (
 _PROBLEM_CACHE_LIMIT = 50_000
 
 
-def iter_prm800k_records(filters: ExportFilters | None = None, *, raw_json: bool = False) -> Iterator[dict[str, Any]]:
+def iter_prm800k_records(
+    filters: ExportFilters | None = None, *, raw_json: bool = False, reasons: list[str] | None = None
+) -> Iterator[dict[str, Any]]:
     """Records in assignment order. Call inside ``read_snapshot()`` for a consistent view.
 
     One server-side stream of assignments (one row per record): each carries
@@ -98,6 +101,8 @@ def iter_prm800k_records(filters: ExportFilters | None = None, *, raw_json: bool
     frozen have theirs rebuilt from the rating rows, a chunk at a time.
     Timestamps and labeler ids come from the database as text: parsing them
     into Python objects only to print them again was a fifth of the export.
+    With ``reasons``, each record's task's ``selection_reason`` is appended to
+    it as the record is yielded (the record format has no place for it).
     """
     filters = filters or ExportFilters()
     rows = (
@@ -127,6 +132,8 @@ def iter_prm800k_records(filters: ExportFilters | None = None, *, raw_json: bool
         for row in chunk:
             frozen = row[-1]
             steps = wrap(frozen) if frozen is not None else rebuilt.get(row[0], [])
+            if reasons is not None:
+                reasons.append(row[13])
             yield _record(row, steps, problems[row[12]], wrap)
 
 
@@ -177,6 +184,7 @@ def _record(
         solution_steps_json,
         final_answer,
         _problem_id,
+        _selection_reason,
         _frozen,
     ) = row
     problem_text, reference_solution, reference_answer = problem
@@ -212,7 +220,8 @@ def prm800k_export(
     """Write records to ``output`` (a path; ``-`` is stdout; ``.gz`` compresses).
 
     A file target gets a manifest beside it (``<output>.manifest.json``) with
-    the record count and the sha256 of the file's bytes.
+    the record count and the sha256 of the file's bytes, and the records'
+    selection reasons (``<output>.selection.jsonl``, ``selection_file``).
     """
     if output == "-":
         with read_snapshot():
@@ -222,17 +231,38 @@ def prm800k_export(
 
     filters = filters or ExportFilters()
     compress = Path(output).suffix == ".gz"
+    selection_file = selection_path(Path(output).resolve())
 
     def write(sink: HashingWriter, _path: Path) -> int:
         stream: Any = gzip.GzipFile(fileobj=sink, mode="wb", mtime=0) if compress else sink
+        reasons: list[str] = []
         with read_snapshot():
-            count = lines_write(stream, _dumped(iter_prm800k_records(filters, raw_json=True), progress))
+            count = lines_write(
+                stream, _dumped(iter_prm800k_records(filters, raw_json=True, reasons=reasons), progress)
+            )
         if stream is not sink:
             stream.close()
+        write_atomically(selection_file, _selection_lines(reasons))
         return count
 
-    return export_file_write(
-        output, file_format="prm800k", details={"filters": dataclasses.asdict(filters)}, write=write
+    details = {"filters": dataclasses.asdict(filters), "selection_file": selection_file.name}
+    return export_file_write(output, file_format="prm800k", details=details, write=write)
+
+
+def selection_path(target: Path) -> Path:
+    """Where an export's selection reasons go: beside it, one line per record, in the same order.
+
+    The PRM800K record has no place for a field of ours (readers of the release take the
+    record as it is), so why each solution was served (``Task.selection_reason``) is a
+    file of its own: line n is ``{"record": n, "selection_reason": ...}`` for the n-th record.
+    """
+    return target.with_name(target.name + ".selection.jsonl")
+
+
+def _selection_lines(reasons: list[str]) -> bytes:
+    return b"".join(
+        orjson.dumps({"record": number, "selection_reason": reason}) + b"\n"
+        for number, reason in enumerate(reasons, start=1)
     )
 
 

@@ -32,6 +32,7 @@ from labeling.models import (
     LabelerStatus,
     Phase,
     Problem,
+    SelectionReason,
     Solution,
     StepAlternative,
     StepRating,
@@ -98,7 +99,7 @@ class _Prm800kWriter:
         new_tasks = list({id(task): task for task in unsaved}.values())
         task_fields = (
             "generation_id", "solution_id", "kind", "is_quality_control", "serial", "verifier_score",
-            "priority", "absent_question_keys", "status",
+            "priority", "absent_question_keys", "status", "selection_reason",
         )  # fmt: skip
         rows = [{name: getattr(task, name) for name in task_fields} for task in new_tasks]
         for task, pk in zip(new_tasks, insert_rows(Task, rows), strict=True):
@@ -301,6 +302,7 @@ class _Prm800kWriter:
                     priority=record.pre_generated_verifier_score or 0.0,
                     absent_question_keys=absent,
                     status=TaskStatus.DONE,
+                    selection_reason=SelectionReason.IMPORTED,
                 )
                 slot = _TaskSlot(task, task.is_quality_control, task.verifier_score, absent, set(), set())
                 candidates.append(slot)

@@ -30,6 +30,7 @@ from labeling.models import (
     Labeler,
     Phase,
     Problem,
+    SelectionReason,
     Solution,
     Task,
     TaskKind,
@@ -206,6 +207,9 @@ def _gold_tasks_create(*, generation: Generation, solutions: list[Solution], kin
                     "is_quality_control": kind == TaskKind.QUALITY_CONTROL,
                     "priority": -float(position) if kind == TaskKind.SCREENING else 0.0,
                     "status": TaskStatus.OPEN,
+                    "selection_reason": SelectionReason.SCREENING
+                    if kind == TaskKind.SCREENING
+                    else SelectionReason.QUALITY_CONTROL,
                 },
             )
             tasks.append(task)

@@ -9,6 +9,7 @@ PostgreSQL's row estimate instead of counting an unfiltered table.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django import forms
@@ -78,6 +79,21 @@ def steps_html(steps: list[str] | None, *, numbered_from: int = 1) -> SafeString
     if not steps:
         return format_html("<em>{}</em>", "no steps (phase-1 placeholder)")
     items = format_html_join(
-        "", "<li value='{}'>{}</li>", ((i, isolated(s)) for i, s in enumerate(steps, numbered_from))
+        "",
+        "<li value='{}'{}>{}</li>",
+        (
+            # A step that starts with its own number ("1. We have ...", common in model
+            # solutions) keeps it and gets no list marker, so it does not read "1. 1. We have".
+            (i, SafeString(" style='list-style: none'") if _numbers_itself(s, i) else "", isolated(s))
+            for i, s in enumerate(steps, numbered_from)
+        ),
     )
     return format_html('<ol class="math solution-steps">{}</ol>', items)
+
+
+_OWN_NUMBER = re.compile(r"\s*(?:step\s*)?(\d+)\s*[.):]\s", re.IGNORECASE)
+
+
+def _numbers_itself(step: str, number: int) -> bool:
+    found = _OWN_NUMBER.match(step)
+    return found is not None and int(found.group(1)) == number

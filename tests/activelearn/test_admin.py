@@ -143,3 +143,76 @@ def test_nothing_graded_wrong_and_everything_labeled_are_said_in_words(staff: Cl
         stats={"candidates": 500, "wrong_answer_candidates": 300, "picks_with_wrong_answer": 85},
     )
     assert generation_notes(generation=full, run=full.run) == []
+
+
+START = "admin:labeling_generation_start"
+
+
+@pytest.mark.parametrize(
+    ("post", "message"),
+    [
+        ({"number": "3000000000"}, "less than or equal to 2147483647"),
+        ({"number": str(10**20)}, "less than or equal to 2147483647"),
+        ({"k": str(10**30)}, "less than or equal to 1000000"),
+        ({"config": '{"k": 1000000000000000000000000000000}'}, "k must be an integer in [1, 1,000,000]"),
+        ({"config": '{"through_generation": 100000000000000000000}'}, "through_generation must be an integer"),
+        ({"k": "5", "config": '{"k": 6}'}, "set it in one place"),
+        ({"wrong_share": "1.5"}, "less than or equal to 1"),
+    ],
+)
+def test_out_of_range_numbers_are_form_errors_not_server_errors(staff: Client, post: dict[str, str], message: str):
+    response = staff.post(reverse(START), {"phase": "2", "base_model": "tiny:bert", **post})
+
+    assert response.status_code == 200
+    assert "errorlist" in response.content.decode()
+    assert message in response.content.decode().replace("&#x27;", "'")
+    assert not Generation.objects.exists()
+
+
+def test_the_common_config_keys_are_fields_and_the_rest_stays_json(
+    staff: Client, django_capture_on_commit_callbacks
+) -> None:
+    page = staff.get(reverse(START)).content.decode()
+    for name in ("phase", "k", "per_problem", "wrong_share", "split", "qc_items", "retrain", "base_model", "config"):
+        assert f'name="{name}"' in page
+    with django_capture_on_commit_callbacks(execute=False):
+        response = staff.post(
+            reverse(START),
+            {
+                "phase": "2",
+                "k": "7",
+                "per_problem": "yes",
+                "wrong_share": "0.5",
+                "split": "test",
+                "base_model": "tiny:bert",
+                "config": '{"neutral_as": "negative"}',
+            },
+        )
+
+    assert response.status_code == 302
+    config = GenerationRun.objects.get().config
+    assert (config["k"], config["per_problem"], config["wrong_share"], config["split"]) == (7, True, 0.5, "test")
+    assert config["neutral_as"] == "negative"
+
+
+def test_a_research_admin_opens_phase_one_work_from_the_start_form(staff: Client) -> None:
+    from labeling.models import Phase, Problem, SelectionReason, Task, text_sha256
+
+    for index in range(3):
+        Problem.objects.create(
+            unique_id=f"p1/{index}", problem=f"Problem {index}", problem_sha256=text_sha256(str(index))
+        )
+    page = staff.get(reverse(START)).content.decode()
+    assert '<option value="1">phase 1</option>' in page
+
+    response = staff.post(reverse(START), {"phase": "1", "k": "2"})
+
+    assert response.status_code == 302
+    phase_one = Generation.objects.get(phase=Phase.ONE)
+    assert (phase_one.number, phase_one.status) == (None, GenerationStatus.OPEN)
+    tasks = list(Task.objects.filter(generation=phase_one).select_related("solution"))
+    assert len(tasks) == 2
+    assert all(t.solution.steps is None and t.selection_reason == SelectionReason.UNIFORM for t in tasks)
+    again = staff.post(reverse(START), {"phase": "1", "k": "5"}, follow=True)
+    assert "Phase 1: 1 problem(s) opened for labeling (only 1 not yet served in phase 1)" in again.content.decode()
+    assert Task.objects.filter(generation=phase_one).values("solution__problem").distinct().count() == 3

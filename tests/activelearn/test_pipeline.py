@@ -74,11 +74,27 @@ def test_it_refuses_a_second_start_while_one_runs():
         ({"qc_items": 10_000}, "qc_items"),
         ({"retrain": False}, "not READY"),
         ({"base_model": "/nowhere/model"}, "does not exist"),
+        ({"k": 10**30}, r"k must be an integer in \[1, 1,000,000\]"),
+        ({"k": 1e20}, "k must be an integer"),
+        ({"per_problem_cap": 3_000_000_000}, "per_problem_cap"),
+        ({"retrain": False, "checkpoint_id": 10**20}, "checkpoint_id must be an integer in"),
+        ({"through_generation": 10**20}, "through_generation"),
+        ({"score_batch_size": 10**9}, "score_batch_size"),
     ],
 )
 def test_it_rejects_a_bad_config_before_creating_anything(bad, message):
     with pytest.raises(GenerationConfigError, match=message):
         generation_start(config=config(**bad))
+    assert not Generation.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("number", [3_000_000_000, 10**20, -1])
+def test_it_refuses_a_generation_number_the_database_cannot_hold(number):
+    with pytest.raises(
+        GenerationConfigError, match=rf"generation number must be an integer in \[0, 2147483647\], not {number}"
+    ):
+        generation_start(number=number, config=config())
     assert not Generation.objects.exists()
 
 
@@ -122,10 +138,12 @@ def test_a_generation_runs_from_the_pool_to_open_tasks_in_queue_order(django_cap
     tasks = list(Task.objects.filter(generation=generation))
     scores = dict(SolutionScore.objects.filter(checkpoint=run.checkpoint).values_list("solution_id", "score"))
     assert len(tasks) == 6
-    assert all(t.priority == t.verifier_score == scores[t.solution_id] for t in tasks)
+    assert all(t.verifier_score == scores[t.solution_id] for t in tasks)
+    # The queue's priorities are the picks' scores, handed out along the serving order.
+    assert sorted(t.priority for t in tasks) == sorted(t.verifier_score for t in tasks)
     wrong = {s.pk for s in Solution.objects.filter(pk__in=scores, is_correct=False)}
     wrong_scores = sorted((scores[i] for i in wrong), reverse=True)
-    picked_wrong = sorted((t.priority for t in tasks if t.solution_id in wrong), reverse=True)
+    picked_wrong = sorted((t.verifier_score for t in tasks if t.solution_id in wrong), reverse=True)
     assert picked_wrong == wrong_scores[: len(picked_wrong)]
     assert run.selection_stats["wrong_answer_picks"] == min(len(wrong), 5)  # round(6 * 0.8)
     assert all(getattr(run, f"{step}_finished_at") for step in ("training", "scoring", "grading", "selecting"))
@@ -307,6 +325,9 @@ def test_the_start_command_reports_a_refusal_as_a_command_error():
 
     with pytest.raises(CommandError, match="k must"):
         call_command("start_generation", "--k", "0")
+    with pytest.raises(CommandError, match="generation number must be an integer"):
+        call_command("start_generation", "--number", "3000000000", "--base-model", "tiny:bert")
+    assert not Generation.objects.exists()
 
 
 def test_the_campaign_command_writes_its_report_into_the_docs(settings, tmp_path):

@@ -4,7 +4,7 @@ with the campaign simulation): checked as properties, the way generation_select 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from activelearn.selection import PoolCandidate, Selected, select_convincing
+from activelearn.selection import PoolCandidate, Selected, select_convincing, serving_order
 
 candidates_st = st.lists(
     st.builds(
@@ -69,3 +69,20 @@ def test_ungraded_solutions_never_count_as_wrong_answers():
     picks = _select(candidates, 5, False, 0.8)
 
     assert [p.solution_id for p in picks if p.bucket == "wrong_answer"] == [9]
+
+
+@given(candidates_st, st.integers(1, 30), st.booleans(), st.sampled_from([0.0, 0.5, 0.8, 1.0]))
+def test_the_serving_order_keeps_the_wrong_answer_share_in_every_prefix(candidates, k, per_problem, share):
+    picks = _select(candidates, k, per_problem, share)
+
+    order = serving_order(picks)
+
+    assert sorted(order, key=lambda p: p.solution_id) == sorted(picks, key=lambda p: p.solution_id)
+    wrong_total = sum(p.is_correct is False for p in picks)
+    wrong_so_far = 0
+    for position, pick in enumerate(order, start=1):
+        wrong_so_far += pick.is_correct is False
+        assert abs(wrong_so_far - position * wrong_total / len(picks)) <= 0.5 + 1e-9
+    for is_wrong in (True, False):
+        kind = [p.priority for p in order if (p.is_correct is False) == is_wrong]
+        assert kind == sorted(kind, reverse=True)

@@ -158,6 +158,23 @@ def test_it_shows_solution_steps_for_katex_and_the_latest_scores(staff_client: C
     assert "1: 0.900, 2: 0.800" in page
 
 
+def test_a_solution_page_numbers_each_step_once_and_shows_the_reference_answer(staff_client: Client) -> None:
+    import re
+
+    steps = ["1. We have $x = 2$.", "2. So $x^2 = 4$.", "Hence 4.", "4 is the answer."]
+    task = make_task(generation=make_generation(number=0), steps=steps, answer="seven apples")
+
+    page = staff_client.get(reverse("admin:labeling_solution_change", args=[task.solution.pk])).content.decode()
+
+    labels = re.findall(r"<label>([^<]*):</label>", page)
+    assert labels.count("Problem") == 1 and "Problem statement" in labels
+    # The steps that number themselves get no second number; the others keep the list's.
+    items = re.findall(r"<li value='(\d+)'( style='list-style: none')?>", page)
+    assert items == [("1", " style='list-style: none'"), ("2", " style='list-style: none'"), ("3", ""), ("4", "")]
+    assert "Reference answer" in labels
+    assert "<bdi>seven apples</bdi>" in page  # one click less: the answer is on the page
+
+
 def test_it_edits_gold_for_one_solution_on_one_screen(staff_client: Client) -> None:
     solution = make_task(generation=make_generation(number=0), steps=["a", "b", "c"]).solution
     url = reverse("admin:labeling_solution_gold", args=[solution.pk])

@@ -106,6 +106,29 @@ def test_it_writes_a_manifest_with_count_and_sha256(tmp_path: Path, dataset: lis
 
 
 @pytest.mark.django_db
+def test_why_each_solution_was_served_goes_beside_the_records_not_into_them(
+    tmp_path: Path, dataset: list[dict[str, Any]]
+) -> None:
+    from labeling.models import SelectionReason, Task, TaskKind
+
+    # Imported work says so; a task the pipeline picked as a convincing wrong answer says that.
+    normal = Task.objects.filter(kind=TaskKind.NORMAL, generation__number=3).get()
+    Task.objects.filter(pk=normal.pk).update(selection_reason=SelectionReason.CONVINCING_WRONG_ANSWER)
+    out = tmp_path / "out.jsonl"
+
+    records = export(tmp_path)
+
+    assert records == dataset  # the PRM800K records themselves are exactly the release's
+    manifest = json.loads((tmp_path / "out.jsonl.manifest.json").read_text())
+    assert manifest["selection_file"] == "out.jsonl.selection.jsonl"
+    lines = [json.loads(line) for line in out.with_name(manifest["selection_file"]).read_text().splitlines()]
+    assert [line["record"] for line in lines] == list(range(1, len(dataset) + 1))
+    reasons = [line["selection_reason"] for line in lines]
+    assert reasons[1] == "convincing_wrong_answer"  # the generation-3 record
+    assert set(reasons[:1] + reasons[2:]) == {"imported"}
+
+
+@pytest.mark.django_db
 def test_it_writes_to_stdout(dataset: list[dict[str, Any]], capfdbinary: pytest.CaptureFixture[bytes]) -> None:
     call_command("export_prm800k", "--output", "-")
 
