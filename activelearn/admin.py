@@ -21,7 +21,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from activelearn.evaluation_summary import checkpoint_evaluation_rows
-from activelearn.generation_report import generation_notes, generation_progress
+from activelearn.generation_report import generation_notes, generation_progress, generation_summary
 from activelearn.models import PRMCheckpoint, SolutionScore
 from activelearn.phase_one import phase_one_open
 from activelearn.pipeline import (
@@ -53,7 +53,7 @@ class PRMCheckpointAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[
         "id",
         "base_model",
         "status",
-        "trained_through_generation",
+        "trained_through",
         "examples_seen",
         "threshold",
         "aggregation",
@@ -64,7 +64,7 @@ class PRMCheckpointAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[
         "base_model",
         "status",
         "path",
-        "trained_through_generation",
+        "trained_through",
         "examples_seen",
         "duration_s",
         "threshold",
@@ -78,6 +78,14 @@ class PRMCheckpointAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[
         "created_at",
         "finished_at",
     )
+
+    @admin.display(description="trained through generation", ordering="trained_through_generation")
+    def trained_through(self, obj: PRMCheckpoint) -> str:
+        if obj.trained_through_generation is not None:
+            return str(obj.trained_through_generation)
+        # Null: trained on every label there was (train_prm), or before any numbered generation.
+        data = (obj.hyperparameters or {}).get("data") or {}
+        return "every label at the time" if data.get("generations") is None else "the generations chosen (see data)"
 
     @admin.display(description="metrics")
     def metrics_display(self, obj: PRMCheckpoint) -> SafeString:
@@ -155,7 +163,7 @@ class GenerationStartForm(forms.Form):
         choices=[(Phase.TWO, "phase 2: retrain, score, select convincing solutions"), (Phase.ONE, "phase 1")],
         coerce=int,
         required=False,
-        empty_value=Phase.TWO,
+        empty_value=None,
         initial=Phase.TWO,
         help_text="Phase 1 opens problems, drawn uniformly from those not yet served in phase 1, for labelers to "
         "solve step by step from generated candidate steps (docs/step-generation.md); it uses K and split only.",
@@ -230,6 +238,7 @@ class GenerationStartForm(forms.Form):
                 )
             values[key] = given
         cleaned["values"] = values
+        cleaned["phase"] = cleaned.get("phase") or Phase.TWO  # left out: phase 2, as before the choice
         if cleaned["phase"] == Phase.ONE:
             return cleaned
         try:
@@ -273,10 +282,16 @@ class GenerationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[typ
 
     @admin.display(description="what happened")
     def notes(self, obj: Generation) -> SafeString:
-        found = generation_notes(generation=obj, run=getattr(obj, "run", None))
-        if not found:
-            return format_html("{}", "Every step yielded what was asked." if obj.status in ("open", "closed") else "—")
-        return format_html_join("\n", '<p class="generation-note">{}</p>', ((note,) for note in found))
+        run = getattr(obj, "run", None)
+        done = generation_summary(generation=obj, run=run)
+        found = generation_notes(generation=obj, run=run)
+        if not done and not found:
+            return format_html("{}", "Nothing yet: the first step has not started.")
+        return format_html_join(
+            "\n",
+            "<p{}>{}</p>",
+            [*(("", line) for line in done), *((SafeString(' class="generation-note"'), note) for note in found)],
+        )
 
     def get_urls(self) -> list[URLPattern]:
         start = path("start/", self.admin_site.admin_view(self.start_view), name="labeling_generation_start")

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from django.db.models import Count, Q
 from django.utils import timezone
 
-from activelearn.models import GenerationRun
-from labeling.models import Generation, GenerationStatus
+from activelearn.models import CheckpointStatus, GenerationRun, PRMCheckpoint, ScoreChunk
+from labeling.models import GRADING_NO_ANSWER, Generation, GenerationStatus, Solution
 
 _S = GenerationStatus
 
@@ -88,3 +89,88 @@ def generation_notes(*, generation: Generation, run: GenerationRun | None) -> li
             f"{wrong_share:.0%}: the pool had only {wrong} solutions graded wrong."
         )
     return notes
+
+
+def _fmt(value: object) -> str:
+    return f"{value:.3f}" if isinstance(value, float) else "n/a"
+
+
+def _left(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    if seconds >= 3600:
+        return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+    return f"{seconds // 60} min {seconds % 60} s" if seconds >= 60 else f"{seconds} s"
+
+
+def training_line(*, checkpoint: PRMCheckpoint, trained_here: bool, now: datetime | None = None) -> str:
+    """What the generation's checkpoint is: being trained (step, epoch, time left), trained, or reused."""
+    name = f"checkpoint #{checkpoint.pk} (backbone {checkpoint.base_model})"
+    if checkpoint.status == CheckpointStatus.TRAINING:
+        done, total = checkpoint.steps_done, checkpoint.steps_total
+        if total == 0 or done == 0:
+            return f"Training {name}: building the training set and loading the backbone; no optimizer step yet."
+        line = f"Training {name}: step {done} of {total}"
+        train = checkpoint.hyperparameters.get("train") or {}
+        epochs = train.get("num_epochs")
+        if isinstance(epochs, int) and epochs > 0 and not train.get("max_steps"):
+            per_epoch = total / epochs
+            line += f", epoch {min(epochs, int(done // per_epoch) + 1)} of {epochs}"
+        started = checkpoint.started_at or checkpoint.created_at
+        elapsed = ((now or timezone.now()) - started).total_seconds()
+        return line + f", about {_left(elapsed * (total - done) / done)} left."
+    if checkpoint.status == CheckpointStatus.FAILED:
+        return f"Training {name} failed: {checkpoint.error}"
+    metrics = checkpoint.metrics or {}
+    solutions = int(metrics.get("train_solutions") or 0) + int(metrics.get("validation_solutions") or 0)
+    through = checkpoint.trained_through_generation
+    seen = "" if through is None else f", labels through generation {through}"
+    verb = "Trained" if trained_here else "Reused"
+    return (
+        f"{verb} {name} on {solutions} labelled solutions ({metrics.get('train_solutions', 0)} to train, "
+        f"{metrics.get('validation_solutions', 0)} to validate; {metrics.get('labeled_steps_seen', 0)} labelled "
+        f"steps seen, {metrics.get('epochs', 0)} epoch(s){seen}); validation step AUROC "
+        f"{_fmt(metrics.get('val_auroc'))} (chance 0.5)."
+    )
+
+
+def pool_grades(*, run: GenerationRun) -> dict[str, int]:
+    """The run's pool by graded final answer: correct, wrong, without an answer, other (no reference, not graded)."""
+    totals = {"correct": 0, "wrong": 0, "no_answer": 0, "other": 0}
+    for ids in ScoreChunk.objects.filter(run=run).values_list("solution_ids", flat=True):
+        counts = Solution.objects.filter(pk__in=list(ids)).aggregate(
+            correct=Count("pk", filter=Q(is_correct=True)),
+            wrong=Count("pk", filter=Q(is_correct=False)),
+            no_answer=Count("pk", filter=Q(is_correct__isnull=True, grading_note=GRADING_NO_ANSWER)),
+            total=Count("pk"),
+        )
+        for key in ("correct", "wrong", "no_answer"):
+            totals[key] += counts[key]
+        totals["other"] += counts["total"] - counts["correct"] - counts["wrong"] - counts["no_answer"]
+    return totals
+
+
+def generation_summary(*, generation: Generation, run: GenerationRun | None) -> list[str]:
+    """What the generation did, step by step, in sentences: what it trained (or is training), how
+    its pool was graded, and how many picks have a wrong answer. For its admin page."""
+    if run is None:
+        return []
+    lines = []
+    if run.checkpoint is not None:
+        lines.append(training_line(checkpoint=run.checkpoint, trained_here=run.training_started_at is not None))
+    if run.score_total:
+        lines.append(f"Scored {run.scored} of the pool's {run.score_total} solutions.")
+    if run.grading_finished_at is not None or generation.status == _S.GRADING:
+        grades = pool_grades(run=run)
+        lines.append(
+            f"Graded the pool: {grades['correct']} correct, {grades['wrong']} wrong, {grades['no_answer']} without "
+            f"an answer, {grades['other']} without a reference answer or not graded."
+        )
+    if generation.status in (_S.OPEN, _S.CLOSED):
+        stats = run.selection_stats or {}
+        lines.append(
+            f"Selected {run.selected}: {stats.get('picks_with_wrong_answer', 0)} with a wrong answer "
+            f"({stats.get('wrong_answer_picks', 0)} as convincing wrong answers, "
+            f"{stats.get('wrong_answer_picks_passing_threshold', 0)} of them passed by the checkpoint), "
+            f"{stats.get('other_picks', 0)} from the rest; {run.qc_injected} QC items."
+        )
+    return lines

@@ -528,9 +528,16 @@ def generation_prepare(*, generation_id: int) -> None:
             # redelivered prepare must not create a second checkpoint row.
             locked = GenerationRun.objects.select_for_update().get(pk=run.pk)
             if locked.checkpoint_id is None:
+                through = config.through_generation
+                if through is None:
+                    # "Every label so far" is every generation before this one (and phase 1):
+                    # named, so the checkpoint says which labels it saw.
+                    through = Generation.objects.filter(
+                        number__gte=0, number__lt=run.generation.number, phase=Phase.TWO
+                    ).aggregate(newest=Max("number"))["newest"]
                 checkpoint = checkpoint_create(
                     base_model=config.base_model,
-                    through_generation=config.through_generation,
+                    through_generation=through,
                     config={**config.training, "neutral": config.neutral},
                 )
                 # Unclaimed until a training task claims it (see generation_train).

@@ -216,3 +216,76 @@ def test_a_research_admin_opens_phase_one_work_from_the_start_form(staff: Client
     again = staff.post(reverse(START), {"phase": "1", "k": "5"}, follow=True)
     assert "Phase 1: 1 problem(s) opened for labeling (only 1 not yet served in phase 1)" in again.content.decode()
     assert Task.objects.filter(generation=phase_one).values("solution__problem").distinct().count() == 3
+
+
+def test_a_training_generation_says_its_step_epoch_and_time_left(staff: Client) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from activelearn.models import CheckpointStatus, PRMCheckpoint
+
+    checkpoint = PRMCheckpoint.objects.create(
+        base_model="tiny:bert",
+        status=CheckpointStatus.TRAINING,
+        steps_done=100,
+        steps_total=400,
+        hyperparameters={"train": {"num_epochs": 4}},
+        started_at=timezone.now() - timedelta(seconds=60),
+    )
+    generation = make_generation(number=3, status=GenerationStatus.TRAINING)
+    GenerationRun.objects.create(
+        generation=generation, config={}, step=GenerationStatus.TRAINING, checkpoint=checkpoint,
+        training_started_at=timezone.now(),
+    )  # fmt: skip
+
+    page = staff.get(reverse("admin:labeling_generation_change", args=[generation.pk])).content.decode()
+
+    assert (
+        f"Training checkpoint #{checkpoint.pk} (backbone tiny:bert): step 100 of 400, epoch 2 of 4, about 3 min" in page
+    )
+
+
+def test_an_open_generation_says_what_it_trained_graded_and_picked(staff: Client) -> None:
+    from activelearn.models import CheckpointStatus, PRMCheckpoint, ScoreChunk
+    from labeling.models import GRADING_NO_ANSWER, Solution
+    from tests.labeling.workflow_factories import make_task
+
+    generation = _opened(
+        number=2,
+        score_total=4,
+        selected=3,
+        stats={"candidates": 4, "wrong_answer_candidates": 2, "picks_with_wrong_answer": 2, "wrong_answer_picks": 2,
+               "other_picks": 1, "wrong_answer_picks_passing_threshold": 1},
+    )  # fmt: skip
+    checkpoint = PRMCheckpoint.objects.create(
+        base_model="tiny:bert",
+        status=CheckpointStatus.READY,
+        path="/nowhere",
+        trained_through_generation=1,
+        metrics={"train_solutions": 40, "validation_solutions": 10, "labeled_steps_seen": 321, "epochs": 2,
+                 "val_auroc": 0.8125},
+    )  # fmt: skip
+    from django.utils import timezone
+
+    GenerationRun.objects.filter(generation=generation).update(
+        checkpoint=checkpoint, training_started_at=timezone.now(), grading_finished_at=timezone.now()
+    )
+    solutions = [make_task(generation=make_generation(number=9 + i)).solution for i in range(4)]
+    Solution.objects.filter(pk=solutions[0].pk).update(is_correct=True, grading_note="graded")
+    Solution.objects.filter(pk__in=[solutions[1].pk, solutions[2].pk]).update(is_correct=False, grading_note="graded")
+    Solution.objects.filter(pk=solutions[3].pk).update(grading_note=GRADING_NO_ANSWER)
+    ids = [s.pk for s in solutions]
+    ScoreChunk.objects.create(run=generation.run, first_id=min(ids), last_id=max(ids), solution_ids=ids)
+
+    page = staff.get(reverse("admin:labeling_generation_change", args=[generation.pk])).content.decode()
+
+    assert "Every step yielded what was asked" not in page
+    assert (
+        f"Trained checkpoint #{checkpoint.pk} (backbone tiny:bert) on 50 labelled solutions (40 to train, 10 to "
+        "validate; 321 labelled steps seen, 2 epoch(s), labels through generation 1); validation step AUROC 0.812"
+    ) in page
+    assert "Graded the pool: 1 correct, 2 wrong, 1 without an answer, 0 without a reference answer" in page
+    assert "Selected 3: 2 with a wrong answer" in page
+    listing = staff.get(reverse("admin:activelearn_prmcheckpoint_changelist")).content.decode()
+    assert '<td class="field-trained_through">1</td>' in listing

@@ -98,6 +98,17 @@ def test_it_refuses_a_generation_number_the_database_cannot_hold(number):
     assert not Generation.objects.exists()
 
 
+@pytest.mark.django_db
+def test_a_retrained_checkpoint_names_the_newest_generation_whose_labels_it_sees():
+    Generation.objects.create(number=4, status=S.CLOSED)
+    generation = generation_start(config=config())
+
+    pipeline.generation_prepare(generation_id=generation.pk)
+
+    generation.refresh_from_db()
+    assert generation.run.checkpoint.trained_through_generation == 4
+
+
 def test_the_config_round_trips_through_json():
     original = GenerationConfig(k=5, per_problem=True, problem_ids=("a", "b"), training={"max_steps": 1})
 
