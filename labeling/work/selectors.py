@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, time
-from typing import Any
+from typing import Any, cast
 
 from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
@@ -197,15 +197,34 @@ class TaskScreen:
         return FinishBox(assignment_id=self.assignment.pk, version=self.version, progress=self.progress)
 
 
-Ratings = list[tuple[int, int, str, int | None, bool | None, int]]
+RatingTuple = tuple[int, int, str, int | None, bool | None, int]
+Ratings = list[RatingTuple]
+
+
+_RATING_FIELDS = tuple(
+    f"labeled_steps__ratings__{name}" for name in ("completion_index", "text", "rating", "flagged", "version")
+)
 
 
 def task_screen(*, assignment: Assignment) -> TaskScreen:
-    ratings = list(
-        StepRating.objects.filter(step__assignment=assignment)
-        .order_by("step__index", "completion_index")
-        .values_list("step__index", "completion_index", "text", "rating", "flagged", "version")
+    """The screen as stored now: the ratings and the state version (and status) read in one statement.
+
+    ``assignment`` was read a moment earlier (the ownership check). A press
+    stored since then would pair its rating with the older version: the page
+    would show it and aim the next press at a state that no longer is, which
+    the server refuses as if made in another tab. One statement reads both
+    from one snapshot, on PostgreSQL and SQLite alike; ``assignment`` is
+    brought up to that snapshot.
+    """
+    rows = list(
+        Assignment.objects.filter(pk=assignment.pk)
+        .order_by("labeled_steps__index", "labeled_steps__ratings__completion_index")
+        .values_list("version", "status", "finish_reason", "labeled_steps__index", *_RATING_FIELDS)
     )
+    if rows:
+        assignment.version, assignment.status, assignment.finish_reason = rows[0][:3]
+    # A step row without ratings (or no step at all) comes as one row of nulls (outer joins).
+    ratings: Ratings = [cast(RatingTuple, row[3:]) for row in rows if row[4] is not None]
     return task_screen_from(assignment=assignment, ratings=ratings)
 
 

@@ -35,9 +35,13 @@
   var reloadAfterAck = false;
   var loading = false;  // the stored state is being loaded into the panel
   var afterSaved = null; // phase 2: what was asked for (submit, give up, report) while presses were unsaved
+  var enterAfterLoad = false; // phase 2: Enter pressed while the panel a press reshaped was loading
+  var awaited = null;   // phase 2: presses sent by this tab's previous page that may still land (see below)
+  var AWAIT_MS = 5000;  // how long a page waits for them
+  var LANDING_KEY = "annotate.presses-landing";
 
   // What the browser tests (and anyone curious) can ask: is anything unsaved?
-  window.pressQueue = { busy: function () { return loading || !!(queue && queue.busy()); } };
+  window.pressQueue = { busy: function () { return loading || !!awaited || !!(queue && queue.busy()); } };
 
   function panel() { return document.getElementById("task"); }
   function completions() { return Array.prototype.slice.call(document.querySelectorAll("#task form.completion")); }
@@ -57,11 +61,19 @@
     });
   }
 
+  // The notice is fixed at the bottom of the window: while it shows, the page
+  // gets as much room below its end, and scrolling keeps the highlighted row
+  // above it, so it never covers the row the keys act on.
   function flash(message) {
     var el = document.getElementById("flash");
     if (!el) return;
     el.textContent = message;
     el.hidden = !message;
+    var room = message ? el.offsetHeight + 24 + "px" : "";
+    document.body.style.paddingBottom = room;
+    document.documentElement.style.scrollPaddingBottom = room;
+    var row = cursorId && document.getElementById(cursorId);
+    if (message && row && row.scrollIntoView) row.scrollIntoView({ block: "nearest" });
   }
 
   function setCursor(form) {
@@ -98,10 +110,13 @@
     var st = state();
     loading = false;
     queue = null;
+    var reshaped = reloadAfterAck;
+    var enter = enterAfterLoad;
     reloadAfterAck = false;
+    enterAfterLoad = false;
     hold = "";
     afterSaved = null;
-    if (!p || !st) return;
+    if (!p || !st) { awaited = null; return; }
     var v = parseInt(st.getAttribute("data-version") || "0", 10);
     var url = st.getAttribute("data-presses");
     if (url) {
@@ -109,6 +124,7 @@
       queue = window.PressQueue.create({ url: url, version: v, csrf: csrfToken(), onAck: acked, onRefused: refusedPresses });
       if (st.getAttribute("data-open") !== "1") hold = "This task is submitted; it can no longer be changed.";
       else if (document.querySelector("#finish-box [hx-trigger]")) hold = "Wait a moment: other candidates for this step are being generated.";
+      awaitLanding(p, v, st.getAttribute("data-open") === "1");
     } else {
       if (v > seq) seq = v;
       var steps = parseInt(st.getAttribute("data-steps") || "0", 10);
@@ -125,7 +141,49 @@
       target = all.length ? all[all.length - 1] : null;
     }
     setCursor(target || (cursorId && document.getElementById(cursorId)) || null);
+    // Enter pressed while a press that reshaped the solution was saved: it
+    // meant "submit what I rated", so it submits now if the box is shown.
+    if (enter && reshaped && queue && !awaited) { flash(""); submit(); }
   }
+
+  // Presses this tab's previous page of the task sent just before it was left
+  // (a reload, Back): the server may store them after it rendered this page,
+  // which would then show fewer ratings than are stored and aim the next press
+  // at a state that no longer is (refused as if from another tab). The old
+  // page wrote down the version its batch in flight leads to (pagehide,
+  // below); until the stored state has reached it, or AWAIT_MS have passed
+  // (the batch was refused), this page holds keys and loads the state again.
+  function awaitLanding(p, version, open) {
+    if (awaited === null) {
+      var note = null;
+      try {
+        note = JSON.parse(window.sessionStorage.getItem(LANDING_KEY) || "null");
+        window.sessionStorage.removeItem(LANDING_KEY);
+      } catch (e) { note = null; }
+      if (note && note.assignment === p.getAttribute("data-assignment") && Date.now() - note.at < AWAIT_MS) {
+        awaited = { version: note.version, until: Date.now() + AWAIT_MS };
+      }
+    }
+    if (!awaited) return;
+    if (!open || version >= awaited.version || Date.now() > awaited.until) {
+      awaited = null;
+      flash("");
+      return;
+    }
+    hold = "Loading what is stored: your last key presses are still being saved.";
+    flash(hold);
+    window.setTimeout(reloadPanel, 150);
+  }
+
+  window.addEventListener("pagehide", function () {
+    var p = panel();
+    var landing = queue ? queue.landing() : 0;
+    if (!p || !landing) return;
+    try {
+      window.sessionStorage.setItem(LANDING_KEY, JSON.stringify(
+        { assignment: p.getAttribute("data-assignment"), version: landing, at: Date.now() }));
+    } catch (e) { /* no storage: the page shows what was stored when it was rendered */ }
+  });
 
   function reflect(form) {
     var rating = form.elements.rating.value;
@@ -231,6 +289,9 @@
     });
     if (remaining) return;
     if (reloadAfterAck || answer.reshaped) {
+      reloadAfterAck = true;
+      // Enter waits for the reshaped panel (initPanel); give up and report are not sent.
+      if (afterSaved === submit) { afterSaved = null; enterAfterLoad = true; }
       var dropped = dropAfterSaved();
       reloadPanel();
       if (dropped) flash(dropped);
@@ -257,7 +318,9 @@
     else if (answer && answer.error) why = answer.error + " ";
     else why = status ? "The server could not save that (" + status + "). " : "The connection to the server was lost. ";
     hold = "Loading what is stored.";
-    flash(why + lost + dropAfterSaved() + "Here is what is stored.");
+    var enter = enterAfterLoad ? "Your Enter (submit) was not used. " : "";
+    enterAfterLoad = false;
+    flash(why + lost + dropAfterSaved() + enter + "Here is what is stored.");
     reloadPanel();
   }
 
@@ -297,11 +360,19 @@
   function submit() {
     var finish = document.getElementById("finish");
     if (!finish && !queue) return;
+    // Enter straight after the last key: the box that key's answer brings is
+    // not shown yet. Enter waits for the presses (and for the panel a press
+    // reshaped), then submits if the box is shown by then.
+    if (queue && queue.busy()) { whenSaved(submit); return; }
+    if (queue && loading && reloadAfterAck) {
+      enterAfterLoad = true;
+      flash("Saving your last ratings first; then your request is sent.");
+      return;
+    }
     if (!finish) {
       flash("Enter submits once the submit box is shown: after every step is rated, or after the step you rated -1 and its candidates.");
       return;
     }
-    if (queue && queue.busy()) { whenSaved(submit); return; }
     if (queue && hold) { flash(hold); return; }
     if (queue) hold = "Submitting.";
     post(finish);

@@ -20,7 +20,7 @@
      the caller shows the stored state.
 
    No DOM here: app.js draws pending and stored presses and reacts to
-   refusals. create(options) returns { push, busy, pending, version }.
+   refusals. create(options) returns { push, busy, pending, version, landing, stopped }.
      options.url      where batches are posted
      options.version  the stored state version the page was rendered with
      options.csrf     the CSRF token
@@ -95,6 +95,8 @@
       busy: function () { return sending > 0 || queue.length > 0; },
       pending: function () { return queue.slice(); },
       version: function () { return acked + queue.length; },
+      // The state version the batch in flight leads to if it is stored (0: none in flight).
+      landing: function () { return sending ? acked + sending : 0; },
       stopped: function () { return stopped; }
     };
   }
