@@ -51,6 +51,7 @@ def _pretty(value: Any) -> SafeString:
 class PRMCheckpointAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = [
         "id",
+        "objective",
         "base_model",
         "status",
         "trained_through",
@@ -59,8 +60,9 @@ class PRMCheckpointAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):  # type: ignore[
         "aggregation",
         "created_at",
     ]
-    list_filter = ["status"]
+    list_filter = ["status", "objective"]
     fields = readonly_fields = (
+        "objective",
         "base_model",
         "status",
         "path",

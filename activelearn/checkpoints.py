@@ -23,8 +23,9 @@ from django.conf import settings
 from django.utils import timezone
 
 from activelearn.liveness import Pulse
-from activelearn.models import CheckpointStatus, PRMCheckpoint
+from activelearn.models import CheckpointObjective, CheckpointStatus, PRMCheckpoint
 from activelearn.training_data import (
+    OutcomeDataFilters,
     OverlappingSplitsError,
     TrainingDataFilters,
     TrainingSet,
@@ -67,8 +68,13 @@ TRAIN_CONFIG_KEYS = frozenset(
         "eval_batch_size",
         "cpu",
         "neutral",
+        "objective",
+        "outcome_weight",
+        "outcome_targets",
     }
 )
+# The options that say how outcome labels count in a process run (TrainConfig).
+OUTCOME_MIX_KEYS = frozenset({"outcome_weight", "outcome_targets"})
 # activelearn.prm.modeling.STEP_FEATURES' names, a literal for the same reason (pinned by
 # the same test).
 STEP_FEATURE_NAMES = frozenset({"surprise"})
@@ -112,7 +118,10 @@ class CheckpointStoppedError(RuntimeError):
 
 
 def checkpoint_aggregation(*, checkpoint: PRMCheckpoint) -> Reduction:
-    """The solution-score aggregation chosen on validation, or the default."""
+    """The solution-score aggregation chosen on validation, or the default; an ORM's is
+    always "last": it was trained to score the whole solution at its final step."""
+    if checkpoint.objective == CheckpointObjective.OUTCOME:
+        return "last"
     return cast("Reduction", checkpoint.aggregation or DEFAULT_AGGREGATION)
 
 
@@ -177,17 +186,29 @@ def checkpoint_create(
     validation_filters: TrainingDataFilters | None = None,
     config: Mapping[str, Any] | None = None,
     output_root: Path | None = None,
+    outcome_filters: OutcomeDataFilters | None = None,
+    outcome_validation_filters: OutcomeDataFilters | None = None,
 ) -> PRMCheckpoint:
     """A TRAINING row with its hyperparameters and output directory; trains nothing.
 
     ``filters.through_generation`` is taken from ``through_generation``. Without
     ``validation_filters`` the labels are split by a hash of the problem id.
+    ``config["objective"] == "outcome"`` makes an ORM, trained on the graded solutions of
+    ``outcome_filters`` (validated on ``outcome_validation_filters``'); in a PRM run
+    ``outcome_filters`` adds graded solutions as outcome labels (``outcome_weight``,
+    ``outcome_targets``).
     """
     backbone_check(spec=base_model)
     overrides = dict(config or {})
     unknown = set(overrides) - TRAIN_CONFIG_KEYS
     if unknown:
         raise ValueError(f"unknown training option(s): {', '.join(sorted(unknown))}")
+    objective_check(
+        objective=overrides.get("objective", CheckpointObjective.PROCESS),
+        overrides=overrides,
+        outcome_filters=outcome_filters,
+        outcome_validation_filters=outcome_validation_filters,
+    )
     features = overrides.get("step_features")
     if features is not None and (not isinstance(features, list | tuple) or not set(features) <= STEP_FEATURE_NAMES):
         raise ValueError(f"step_features must be a list of {sorted(STEP_FEATURE_NAMES)}, got {features!r}")
@@ -198,11 +219,16 @@ def checkpoint_create(
     checkpoint = PRMCheckpoint.objects.create(
         run_id=run_id,
         base_model=base_model,
+        objective=overrides.get("objective", CheckpointObjective.PROCESS),
         trained_through_generation=through_generation,
         hyperparameters={
             "train": overrides,
             "data": data_filters.to_json(),
             "validation_data": None if validation_filters is None else validation_filters.to_json(),
+            "outcome_data": None if outcome_filters is None else outcome_filters.to_json(),
+            "outcome_validation_data": (
+                None if outcome_validation_filters is None else outcome_validation_filters.to_json()
+            ),
         },
         heartbeat_at=timezone.now(),
         # Named by the run id, never by the row id: ids are reused after a restore or a
@@ -212,17 +238,50 @@ def checkpoint_create(
     return checkpoint
 
 
+def objective_check(
+    *,
+    objective: str,
+    overrides: Mapping[str, Any],
+    outcome_filters: OutcomeDataFilters | None,
+    outcome_validation_filters: OutcomeDataFilters | None,
+) -> None:
+    """Refuse a checkpoint request whose objective and outcome data do not fit together."""
+    if objective not in CheckpointObjective.values:
+        raise ValueError(f"objective must be one of {', '.join(CheckpointObjective.values)}, got {objective!r}")
+    mix = sorted(OUTCOME_MIX_KEYS & set(overrides))
+    if objective == CheckpointObjective.OUTCOME:
+        if outcome_filters is None:
+            raise ValueError("an outcome-supervised model (ORM) needs graded solutions to train on (outcome_filters)")
+        if mix:
+            raise ValueError(
+                f"{', '.join(mix)} weigh outcome labels against human labels in a process run; "
+                "an ORM has no human label"
+            )
+        return
+    if outcome_validation_filters is not None:
+        raise ValueError("a PRM validates on human labels; outcome validation solutions are for an ORM")
+    if mix and outcome_filters is None:
+        raise ValueError(f"{', '.join(mix)} given without outcome solutions (outcome_filters) to weigh")
+
+
 def checkpoint_training_set(*, checkpoint: PRMCheckpoint) -> TrainingSet:
     """The training set a checkpoint trains (or trained) on, rebuilt from its row."""
     train = checkpoint.hyperparameters.get("train", {})
     filters = TrainingDataFilters.from_json(checkpoint.hyperparameters.get("data", {}))
     validation = checkpoint.hyperparameters.get("validation_data")
+    outcome = checkpoint.hyperparameters.get("outcome_data")
+    outcome_validation = checkpoint.hyperparameters.get("outcome_validation_data")
     return training_set_build(
         filters=filters,
         validation_filters=None if validation is None else TrainingDataFilters.from_json(validation),
         neutral=train.get("neutral", "own"),
         val_fraction=train.get("val_fraction", 0.1),
         split_salt=train.get("split_salt", "prm-split"),
+        objective=checkpoint.objective,
+        outcome_filters=None if outcome is None else OutcomeDataFilters.from_json(outcome),
+        outcome_validation_filters=(
+            None if outcome_validation is None else OutcomeDataFilters.from_json(outcome_validation)
+        ),
     )
 
 
@@ -259,18 +318,16 @@ def checkpoint_run(
         with Pulse(lambda: checkpoint_alive(checkpoint_id=checkpoint_id)) as pulse:
             if training_set is None:
                 training_set = checkpoint_training_set(checkpoint=checkpoint)
-            if not training_set.train:
-                raise NoTrainingDataError(
-                    "no labeled solutions to train on (check the filters and --through-generation)"
-                )
+            if not training_set.train_items:
+                raise NoTrainingDataError(_no_data_message(checkpoint.objective))
             options = dict(checkpoint.hyperparameters.get("train", {}))
             options["neutral"] = training_set.neutral
             config = TrainConfig(output_dir=Path(checkpoint.output_dir), backbone=checkpoint.base_model, **options)
             feature_cache_configure()
             result = train_prm(
-                training_set.train,
+                training_set.train_items,
                 config,
-                validation=training_set.validation,
+                validation=training_set.validation_items,
                 progress=_heartbeat_progress(checkpoint_id, progress, pulse),
                 on_epoch=None if on_epoch is None else (lambda report: on_epoch(asdict(report))),
                 run_id=checkpoint.run_id.hex,
@@ -293,8 +350,15 @@ def checkpoint_run(
         "val_majority_accuracy": result.val_majority_accuracy,
         "val_auroc": result.val_auroc,
         "epochs": result.epochs,
+        # Human-labeled solutions; an ORM has none.
         "train_solutions": len(training_set.train),
         "validation_solutions": len(training_set.validation),
+        # Graded solutions used as outcome labels (an ORM's data, or a PRM's extra labels).
+        "train_outcome_solutions": len(training_set.outcome_train),
+        "validation_outcome_solutions": len(training_set.outcome_validation),
+        # Labels of the training sequences by who gave them (weight-0 ones left out).
+        "train_human_labels": result.human_labels,
+        "train_outcome_labels": result.outcome_labels,
         "labeled_steps_seen": result.labeled_steps_seen,
         "optimizer_steps": result.optimizer_steps,
         "resumed_from_step": result.resumed_from_step,
@@ -333,14 +397,24 @@ def checkpoint_train(
     output_root: Path | None = None,
     progress: Progress | None = None,
     on_epoch: EpochCallback | None = None,
+    outcome_filters: OutcomeDataFilters | None = None,
+    outcome_validation_filters: OutcomeDataFilters | None = None,
 ) -> PRMCheckpoint:
     """Create a checkpoint row and train it in this process (the command's path).
 
-    Raises NoTrainingDataError before creating a row when no label matches, and
-    SplitSelectionError when the training and validation selections share a problem.
+    Raises NoTrainingDataError before creating a row when no label (for an ORM: no graded
+    solution) matches, and SplitSelectionError when the training and validation
+    selections share a problem. Outcome options as in ``checkpoint_create``.
     """
     backbone_check(spec=base_model)
     overrides = dict(config or {})
+    objective = overrides.get("objective", CheckpointObjective.PROCESS)
+    objective_check(
+        objective=objective,
+        overrides=overrides,
+        outcome_filters=outcome_filters,
+        outcome_validation_filters=outcome_validation_filters,
+    )
     data_filters = TrainingDataFilters.from_json(
         {**(filters or TrainingDataFilters()).to_json(), "through_generation": through_generation}
     )
@@ -351,14 +425,18 @@ def checkpoint_train(
             neutral=overrides.get("neutral", "own"),
             val_fraction=overrides.get("val_fraction", 0.1),
             split_salt=overrides.get("split_salt", "prm-split"),
+            objective=objective,
+            outcome_filters=outcome_filters,
+            outcome_validation_filters=outcome_validation_filters,
         )
     except OverlappingSplitsError as error:
         raise SplitSelectionError(str(error)) from None
-    if not training_set.train:
+    if not training_set.train_items:
+        matched = training_set.solutions
         raise NoTrainingDataError(
-            f"no labeled solutions to train on ({training_set.solutions} matched, all in the validation split)"
-            if training_set.solutions
-            else "no labeled solutions to train on (check the filters and the generation limit)"
+            f"{_no_data_message(objective)} ({matched} matched, all in the validation split)"
+            if matched
+            else _no_data_message(objective)
         )
     checkpoint = checkpoint_create(
         base_model=base_model,
@@ -367,8 +445,16 @@ def checkpoint_train(
         validation_filters=validation_filters,
         config=overrides,
         output_root=output_root,
+        outcome_filters=outcome_filters,
+        outcome_validation_filters=outcome_validation_filters,
     )
     return checkpoint_run(checkpoint_id=checkpoint.pk, training_set=training_set, progress=progress, on_epoch=on_epoch)
+
+
+def _no_data_message(objective: str) -> str:
+    if objective == CheckpointObjective.OUTCOME:
+        return "no graded solutions with steps to train on (check the splits, and grade the solutions first)"
+    return "no labeled solutions to train on (check the filters and the generation limit)"
 
 
 def _heartbeat_progress(checkpoint_id: int, progress: Progress | None, pulse: Pulse) -> Progress:

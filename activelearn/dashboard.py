@@ -31,6 +31,7 @@ def checkpoint_metrics(*, limit: int = 20) -> CheckpointMetrics:
         PRMCheckpoint.objects.only(
             "id",
             "base_model",
+            "objective",
             "status",
             "metrics",
             "trained_through_generation",
@@ -76,7 +77,14 @@ def cell(value: object, digits: int = 3) -> str:
 
 # The training metrics shown, by quantity: each chart draws one quantity on one axis.
 LOSS_METRICS = ("train_loss_first", "train_loss_last", "val_loss")
-COUNT_METRICS = ("train_solutions", "validation_solutions", "val_labeled_steps", "optimizer_steps", "epochs")
+COUNT_METRICS = (
+    "train_solutions",
+    "validation_solutions",
+    "train_outcome_solutions",
+    "val_labeled_steps",
+    "optimizer_steps",
+    "epochs",
+)
 
 
 @dataclass(frozen=True)
@@ -135,7 +143,12 @@ def checkpoint_rows(metrics: CheckpointMetrics) -> list[CheckpointRow]:
 def checkpoint_panel(request: HttpRequest) -> SafeString:
     metrics = checkpoint_metrics()
     rows = checkpoint_rows(metrics)
-    labels = [f"#{r.checkpoint.pk}" if r.generation is None else f"gen {r.generation}" for r in rows]
+    # The kind in the label: an ORM sits beside the PRMs on the same axes.
+    labels = [
+        f"{'#' + str(r.checkpoint.pk) if r.generation is None else f'gen {r.generation}'} "
+        f"{r.checkpoint.get_objective_display()}"
+        for r in rows
+    ]
     context = {
         "evaluation_chart": charts.line_chart(
             labels,
@@ -166,7 +179,14 @@ def checkpoint_panel(request: HttpRequest) -> SafeString:
             )
             for r, label in zip(rows, labels, strict=True)
         ][::-1],
-        "count_names": ["train solutions", "validation solutions", "validation steps", "optimizer steps", "epochs"],
+        "count_names": [
+            "train solutions",
+            "validation solutions",
+            "graded solutions (outcome labels)",
+            "validation steps",
+            "optimizer steps",
+            "epochs",
+        ],
     }
     # render_to_string escapes as any template does; the result is the panel's HTML.
     return mark_safe(render_to_string("activelearn/checkpoint_panel.html", context, request))

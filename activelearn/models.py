@@ -16,8 +16,16 @@ class CheckpointStatus(models.TextChoices):
     FAILED = "failed", "failed"
 
 
+class CheckpointObjective(models.TextChoices):
+    # A process reward model: trained on human step labels (outcome labels may join them).
+    PROCESS = "process", "PRM"
+    # An outcome reward model: trained on the grader's final-answer verdicts alone and read
+    # at a solution's final step (Lightman et al. 2023, section 2.5).
+    OUTCOME = "outcome", "ORM"
+
+
 class PRMCheckpoint(models.Model):
-    """One training run of the process reward model and where it was saved.
+    """One training run of the process (or outcome) reward model and where it was saved.
 
     State changes go through ``activelearn.checkpoints.checkpoint_transition`` only.
     """
@@ -32,6 +40,11 @@ class PRMCheckpoint(models.Model):
     # re-run of the same checkpoint resumes from its last saved step instead of starting over.
     output_dir = models.CharField(max_length=500, blank=True, default="")
     base_model = models.CharField(max_length=500)
+    # What it was trained to predict (TrainConfig.objective); an ORM's solution score is
+    # its final step's (activelearn.checkpoints.checkpoint_aggregation).
+    objective = models.CharField(
+        max_length=10, choices=CheckpointObjective.choices, default=CheckpointObjective.PROCESS
+    )
     status = models.CharField(max_length=20, choices=CheckpointStatus.choices, default=CheckpointStatus.TRAINING)
     # The newest generation whose labels the run saw (null: none / phase 1 only).
     trained_through_generation = models.IntegerField(null=True, blank=True)
@@ -73,6 +86,10 @@ class PRMCheckpoint(models.Model):
                 condition=Q(threshold__isnull=True) | (Q(threshold__gte=0) & Q(threshold__lte=1)),
                 name="prm_checkpoint_threshold_is_probability",
             ),
+            # Scoring and selection branch on it; an unknown kind would read as a PRM.
+            models.CheckConstraint(
+                condition=Q(objective__in=CheckpointObjective.values), name="prm_checkpoint_objective_known"
+            ),
             # Scoring loads ``path``: a READY row without one would fail every scoring chunk.
             models.CheckConstraint(
                 condition=~Q(status=CheckpointStatus.READY) | ~Q(path=""), name="prm_checkpoint_ready_has_path"
@@ -89,7 +106,7 @@ class PRMCheckpoint(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"checkpoint {self.pk} ({self.base_model})"
+        return f"checkpoint {self.pk} ({self.get_objective_display()}, {self.base_model})"
 
 
 class SolutionScore(models.Model):

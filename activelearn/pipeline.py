@@ -43,6 +43,7 @@ from django.db.models import Count, Exists, F, Max, OuterRef, Q, Sum
 from django.utils import timezone
 
 from activelearn.checkpoints import (
+    OUTCOME_MIX_KEYS,
     TRAIN_CONFIG_KEYS,
     backbone_check,
     checkpoint_aggregation,
@@ -52,6 +53,7 @@ from activelearn.checkpoints import (
 )
 from activelearn.liveness import Pulse
 from activelearn.models import (
+    CheckpointObjective,
     CheckpointStatus,
     GenerationRun,
     PRMCheckpoint,
@@ -249,6 +251,13 @@ class GenerationConfig:
         need(isinstance(self.training, Mapping), "training must be an object of TrainConfig options")
         unknown = set(self.training) - (TRAIN_CONFIG_KEYS - {"neutral"})
         need(not unknown, f"unknown training option(s): {', '.join(sorted(unknown))} (neutral has its own key)")
+        # The pipeline trains on human labels and gives training no graded solutions.
+        outcome = sorted(({"objective"} | OUTCOME_MIX_KEYS) & set(self.training))
+        need(
+            not outcome,
+            f"training option(s) {', '.join(outcome)}: a generation trains a PRM on human labels; "
+            "train an ORM or add outcome labels with train_prm, then reuse it with retrain off and checkpoint_id",
+        )
         need(
             integer(self.score_batch_size) and 1 <= self.score_batch_size <= SCORE_BATCH_MAX,
             f"score_batch_size must be an integer in [1, {SCORE_BATCH_MAX}]",
@@ -506,6 +515,13 @@ def _reused_checkpoint(config: GenerationConfig) -> PRMCheckpoint:
     if checkpoint is None:
         wanted = f"checkpoint {config.checkpoint_id}" if config.checkpoint_id is not None else "any checkpoint"
         raise GenerationConfigError(f"retrain is off but {wanted} is not READY")
+    # An ORM scores whole solutions, not steps: selecting with one is a choice to be made by
+    # naming it, never what "the newest checkpoint" turns out to be.
+    if checkpoint.objective == CheckpointObjective.OUTCOME and config.checkpoint_id is None:
+        raise GenerationConfigError(
+            f"retrain is off and the newest READY checkpoint ({checkpoint.pk}) is an outcome-supervised model (ORM); "
+            "give checkpoint_id: a PRM's, or this ORM's to select with it"
+        )
     return checkpoint
 
 

@@ -17,18 +17,24 @@ Conversion rules (the PRM800K release follows the same ones):
 * A step with neither a chosen completion nor a human one ends the trajectory (the
   labeler stopped there, usually at the first error).
 
+Outcome labels (``OutcomeSolution``, what an ORM trains on and what a PRM may take
+beside the human labels) come from graded solutions instead: whether the final answer is
+right, by the automatic grader, and no human label is read (``outcome_solutions_list``).
+
 ``activelearn.prm.data`` (which loads torch through ``modeling``) is imported inside the
 functions, so importing this module from the web process costs nothing.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from django.db.models import Q
 
+from activelearn.solution_selectors import solutions_matching
 from labeling.data.snapshot import read_snapshot
 from labeling.models import (
     Assignment,
@@ -36,11 +42,12 @@ from labeling.models import (
     FinishReason,
     LabeledStep,
     LabelerStatus,
+    Solution,
     TaskKind,
 )
 
 if TYPE_CHECKING:
-    from activelearn.prm.data import LabeledSolution, NeutralHandling
+    from activelearn.prm.data import LabeledSolution, NeutralHandling, OutcomeSolution
 
 # Assignments per page; each page costs two queries (assignments, then their steps
 # left-joined to ratings), so memory stays flat and there is no query per assignment.
@@ -111,17 +118,80 @@ class TrainingDataFilters:
 
 
 @dataclass(frozen=True)
+class OutcomeDataFilters:
+    """Which graded solutions become outcome labels: solutions with steps whose final
+    answer the grader found right or wrong (``Solution.is_correct`` not null), of these
+    problems, uniformly sampled down to ``count`` with ``seed``."""
+
+    # Problem.split values / Problem.unique_ids (``champ/*`` is a prefix); at least one of
+    # the two must be given, so that a held-out problem is never read by accident.
+    splits: tuple[str, ...] | None = None
+    problem_ids: tuple[str, ...] | None = None
+    # Only solutions served as tasks in these generations (solution_selectors.solutions_matching).
+    generations: tuple[int, ...] | None = None
+    # None: every matching solution.
+    count: int | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.splits and not self.problem_ids:
+            raise OutcomeSelectionError(
+                "outcome solutions need splits or problem ids to come from, so that held-out problems are never read"
+            )
+        if self.count is not None and (isinstance(self.count, bool) or not isinstance(self.count, int)):
+            raise OutcomeSelectionError(f"the outcome solution count must be an integer, got {self.count!r}")
+        if self.count is not None and self.count < 1:
+            raise OutcomeSelectionError(f"the outcome solution count must be at least 1, got {self.count}")
+
+    def to_json(self) -> dict[str, Any]:
+        values = dict(self.__dict__)
+        for key in ("splits", "problem_ids", "generations"):
+            values[key] = None if values[key] is None else list(values[key])
+        return values
+
+    @classmethod
+    def from_json(cls, values: dict[str, Any]) -> OutcomeDataFilters:
+        values = dict(values)
+        for key in ("splits", "problem_ids", "generations"):
+            if values.get(key) is not None:
+                values[key] = tuple(values[key])
+        return cls(**values)
+
+
+class OutcomeSelectionError(ValueError):
+    """An outcome-label selection that cannot be honoured (no problems named, a bad count)."""
+
+
+@dataclass(frozen=True)
 class TrainingSet:
+    # Human-labeled solutions.
     train: list[LabeledSolution]
     validation: list[LabeledSolution]
     # Applied when the solutions are expanded into examples (TrainConfig.neutral).
     neutral: NeutralHandling = "own"
     filters: TrainingDataFilters = field(default_factory=TrainingDataFilters)
     validation_filters: TrainingDataFilters | None = None
+    # "process" or "outcome" (an ORM: outcome solutions only, ``train`` and ``validation``
+    # stay empty, no human label is read).
+    objective: str = "process"
+    # Answer-labeled solutions: an ORM's training and validation data, or a PRM's extra
+    # training labels (then ``outcome_validation`` is empty: a PRM validates on human labels).
+    outcome_train: list[OutcomeSolution] = field(default_factory=list)
+    outcome_validation: list[OutcomeSolution] = field(default_factory=list)
 
     @property
     def solutions(self) -> int:
-        return len(self.train) + len(self.validation)
+        return len(self.train) + len(self.validation) + len(self.outcome_train) + len(self.outcome_validation)
+
+    @property
+    def train_items(self) -> list[LabeledSolution | OutcomeSolution]:
+        """What ``train_prm`` trains on."""
+        return [*self.train, *self.outcome_train]
+
+    @property
+    def validation_items(self) -> list[LabeledSolution | OutcomeSolution]:
+        """What ``train_prm`` validates on."""
+        return [*self.validation, *self.outcome_validation]
 
 
 def labeled_solutions_iter(*, filters: TrainingDataFilters | None = None) -> Iterator[LabeledSolution]:
@@ -164,6 +234,51 @@ def labeled_solutions_list(*, filters: TrainingDataFilters | None = None) -> lis
         return list(labeled_solutions_iter(filters=filters))
 
 
+def outcome_solutions_list(*, filters: OutcomeDataFilters) -> list[OutcomeSolution]:
+    """Graded solutions as ``OutcomeSolution``s (correct = ``Solution.is_correct``), in id
+    order: all that match, or ``filters.count`` of them drawn uniformly with ``filters.seed``.
+
+    Reads solutions and problems only, never a human label. Solutions without a verdict
+    (never graded, no answer found, no reference answer) and without steps (phase-1
+    placeholders) are left out.
+    """
+    from activelearn.prm.data import OutcomeSolution
+
+    graded = (
+        solutions_matching(
+            splits=filters.splits or (), problem_ids=filters.problem_ids or (), generations=filters.generations or ()
+        )
+        .filter(is_correct__isnull=False)
+        .exclude(steps=[])
+    )
+    with read_snapshot():
+        ids = list(graded.order_by("id").values_list("id", flat=True))
+        if filters.count is not None and filters.count < len(ids):
+            ids = sorted(random.Random(filters.seed).sample(ids, filters.count))
+        solutions: list[OutcomeSolution] = []
+        # In pages: SQLite binds at most 32,766 parameters per statement.
+        for start in range(0, len(ids), OUTCOME_PAGE):
+            rows = (
+                Solution.objects.filter(id__in=ids[start : start + OUTCOME_PAGE])
+                .order_by("id")
+                .values_list("problem__unique_id", "problem__problem", "steps", "is_correct")
+            )
+            solutions.extend(
+                OutcomeSolution(
+                    problem_id=str(unique_id),
+                    problem=problem,
+                    steps=tuple(str(step) for step in steps or ()),
+                    correct=bool(correct),
+                )
+                for unique_id, problem, steps, correct in rows
+            )
+    return solutions
+
+
+# Solution ids per query when reading outcome solutions back.
+OUTCOME_PAGE = 5000
+
+
 def training_set_build(
     *,
     filters: TrainingDataFilters | None = None,
@@ -171,6 +286,9 @@ def training_set_build(
     neutral: NeutralHandling = "own",
     val_fraction: float = 0.1,
     split_salt: str = "prm-split",
+    objective: str = "process",
+    outcome_filters: OutcomeDataFilters | None = None,
+    outcome_validation_filters: OutcomeDataFilters | None = None,
 ) -> TrainingSet:
     """The labels to train on and to validate on.
 
@@ -178,29 +296,81 @@ def training_set_build(
     and ``filters`` picks the training labels; a problem matched by both is refused, since
     it would be validated on what it trained on. Without, all matching labels are split
     by problem: the same problem ids always land on the same side (sha256 of the id).
+
+    ``outcome_filters`` adds graded solutions as outcome labels. For a PRM (``objective``
+    "process") they join the training labels; one of a validation problem is refused (with
+    ``validation_filters``) or left out (split by hash). For an ORM ("outcome") they are
+    all it trains on, no human label is read, and ``outcome_validation_filters`` pick its
+    validation solutions (refused when they share a problem with the training ones), or
+    the hash of the problem id splits ``outcome_filters``' solutions.
     """
-    from activelearn.prm.data import split_by_problem
+    from activelearn.prm.data import is_validation_problem, split_by_problem
 
     filters = filters or TrainingDataFilters()
+    if objective == "outcome":
+        if outcome_filters is None:
+            raise OutcomeSelectionError("an outcome-supervised model (ORM) needs outcome solutions to train on")
+        if outcome_validation_filters is None:
+            outcome_train, outcome_validation = split_by_problem(
+                outcome_solutions_list(filters=outcome_filters), val_fraction, split_salt
+            )
+        else:
+            outcome_train = outcome_solutions_list(filters=outcome_filters)
+            outcome_validation = outcome_solutions_list(filters=outcome_validation_filters)
+            _refuse_overlap(outcome_train, outcome_validation, "outcome training and the outcome validation solutions")
+        return TrainingSet(
+            train=[],
+            validation=[],
+            neutral=neutral,
+            filters=filters,
+            validation_filters=validation_filters,
+            objective=objective,
+            outcome_train=outcome_train,
+            outcome_validation=outcome_validation,
+        )
+    if objective != "process":
+        raise ValueError(f"objective must be process or outcome, got {objective!r}")
+    if outcome_validation_filters is not None:
+        raise OutcomeSelectionError("a PRM validates on human labels; outcome validation solutions are for an ORM")
     if validation_filters is None:
         solutions = labeled_solutions_list(filters=filters)
         train, validation = split_by_problem(solutions, val_fraction, split_salt)
     else:
         train = labeled_solutions_list(filters=filters)
         validation = labeled_solutions_list(filters=validation_filters)
-        shared = {s.problem_id for s in train} & {s.problem_id for s in validation}
-        if shared:
-            raise OverlappingSplitsError(
-                f"{len(shared)} problem(s) are in both the training and the validation labels "
-                f"(e.g. {sorted(shared)[0]}); give splits that do not overlap"
-            )
+        _refuse_overlap(train, validation, "training and the validation labels")
+    extra: list[OutcomeSolution] = []
+    if outcome_filters is not None:
+        extra = outcome_solutions_list(filters=outcome_filters)
+        if validation_filters is None:
+            extra = [s for s in extra if not is_validation_problem(s.problem_id, val_fraction, split_salt)]
+        else:
+            _refuse_overlap(extra, validation, "outcome training solutions and the validation labels")
     return TrainingSet(
-        train=train, validation=validation, neutral=neutral, filters=filters, validation_filters=validation_filters
+        train=train,
+        validation=validation,
+        neutral=neutral,
+        filters=filters,
+        validation_filters=validation_filters,
+        outcome_train=extra,
     )
 
 
 class OverlappingSplitsError(ValueError):
     """Training and validation selections share a problem."""
+
+
+def _refuse_overlap(
+    train: Sequence[LabeledSolution | OutcomeSolution],
+    validation: Sequence[LabeledSolution | OutcomeSolution],
+    what: str,
+) -> None:
+    shared = {s.problem_id for s in train} & {s.problem_id for s in validation}
+    if shared:
+        raise OverlappingSplitsError(
+            f"{len(shared)} problem(s) are in both the {what} (e.g. {sorted(shared)[0]}); "
+            "give splits that do not overlap"
+        )
 
 
 def _steps_by_assignment(assignment_ids: Sequence[int]) -> dict[int, list[Any]]:

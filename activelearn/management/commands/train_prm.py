@@ -19,8 +19,8 @@ from activelearn.checkpoints import (
     checkpoint_train,
 )
 from activelearn.management.commands._options import adapt_config, fmt
-from activelearn.models import CheckpointStatus, PRMCheckpoint
-from activelearn.training_data import TrainingDataFilters
+from activelearn.models import CheckpointObjective, CheckpointStatus, PRMCheckpoint
+from activelearn.training_data import OutcomeDataFilters, OutcomeSelectionError, TrainingDataFilters
 
 # AdaptConfig fields --adapt-steps and its company set (the rest keep their defaults).
 ADAPT_OPTIONS = {
@@ -38,7 +38,9 @@ class Command(BaseCommand):
         "problems trained on and --validation-split the ones validated on (default: a hash of the problem id "
         "holds out --val-fraction). Options left out take the backbone family's defaults (docs/prm.md). Every "
         "epoch prints validation accuracy beside the majority-class baseline and step AUROC; the end prints the "
-        "first-error threshold and solution aggregation chosen on validation."
+        "first-error threshold and solution aggregation chosen on validation. --objective outcome trains an "
+        "outcome-supervised model (ORM) on the graded solutions of --split instead, no human label read; "
+        "--outcome-weight/--outcome-targets/--outcome-solutions add graded solutions to a PRM's human labels."
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
@@ -84,6 +86,31 @@ class Command(BaseCommand):
         )
         parser.add_argument("--adapt-learning-rate", type=float, help="continued LM training's rate")
         parser.add_argument("--adapt-train-layers", type=int, help="top blocks the LM training moves; 0: all")
+        parser.add_argument(
+            "--objective",
+            choices=CheckpointObjective.values,
+            default=CheckpointObjective.PROCESS,
+            help="process: a PRM on human step labels; outcome: an ORM on the grader's final-answer verdicts of "
+            "the graded solutions of --split/--problem (validated on those of --validation-split), scored at the "
+            "final step",
+        )
+        parser.add_argument(
+            "--outcome-solutions",
+            type=int,
+            help="graded solutions drawn uniformly (seeded) as outcome labels (default: all that match)",
+        )
+        parser.add_argument("--outcome-seed", type=int, default=0, help="seed of that draw")
+        parser.add_argument(
+            "--outcome-weight",
+            type=float,
+            help="process run: add graded solutions as outcome labels, each weighing this much against a human "
+            "step label (default 1)",
+        )
+        parser.add_argument(
+            "--outcome-targets",
+            choices=["final", "every_step"],
+            help="process run: label an outcome solution's final step (default) or every step with its verdict",
+        )
         parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -124,6 +151,7 @@ class Command(BaseCommand):
                     if options[option] is not None
                 }
                 config["neutral"] = options["neutral"]
+                outcome, outcome_validation = _outcome_selection(options, config)
                 filters = TrainingDataFilters(
                     include_quality_control=options["include_quality_control"],
                     include_screening=options["include_screening"],
@@ -157,8 +185,16 @@ class Command(BaseCommand):
                     config=config,
                     progress=progress,
                     on_epoch=epoch,
+                    outcome_filters=outcome,
+                    outcome_validation_filters=outcome_validation,
                 )
-        except (NoTrainingDataError, BackboneMissingError, SplitSelectionError, BackboneAdaptationError) as error:
+        except (
+            NoTrainingDataError,
+            BackboneMissingError,
+            SplitSelectionError,
+            BackboneAdaptationError,
+            OutcomeSelectionError,
+        ) as error:
             raise CommandError(str(error)) from None
         except Exception as error:
             raise CommandError(f"training failed: {type(error).__name__}: {error}") from error
@@ -167,6 +203,18 @@ class Command(BaseCommand):
         if checkpoint.status != CheckpointStatus.READY:
             raise CommandError(f"checkpoint {checkpoint.pk} is {checkpoint.status}: {checkpoint.error}")
         metrics = checkpoint.metrics
+        if checkpoint.objective == CheckpointObjective.OUTCOME:
+            self.stdout.write(
+                self.style.SUCCESS(
+                    f"ORM checkpoint {checkpoint.pk} ready at {checkpoint.path}: "
+                    f"{metrics.get('train_outcome_solutions')} train / {metrics.get('validation_outcome_solutions')} "
+                    f"validation graded solutions, {metrics.get('optimizer_steps')} steps, val loss "
+                    f"{fmt(metrics.get('val_loss'))}, val AUROC of the final-step score against answer correctness "
+                    f"{fmt(metrics.get('val_auroc'))} (chance 0.5); solutions are scored by their last step; "
+                    f"{checkpoint.duration_s or 0:.1f}s"
+                )
+            )
+            return
         calibration = checkpoint.calibration or {}
         chosen = (
             f"first-error threshold {fmt(checkpoint.threshold)} (validation F1 "
@@ -174,16 +222,63 @@ class Command(BaseCommand):
             if checkpoint.threshold is not None
             else "no validation solutions: threshold 0.5 and aggregation min by default"
         )
+        outcome_labels = (
+            f" and {metrics.get('train_outcome_labels')} outcome labels from {metrics.get('train_outcome_solutions')} "
+            "graded solutions"
+            if metrics.get("train_outcome_solutions")
+            else ""
+        )
         self.stdout.write(
             self.style.SUCCESS(
                 f"checkpoint {checkpoint.pk} ready at {checkpoint.path}: {metrics.get('train_solutions')} train / "
-                f"{metrics.get('validation_solutions')} validation solutions, {checkpoint.examples_seen} examples "
+                f"{metrics.get('validation_solutions')} validation solutions{outcome_labels}, "
+                f"{checkpoint.examples_seen} examples "
                 f"seen, {metrics.get('optimizer_steps')} steps, val loss {fmt(metrics.get('val_loss'))}, "
                 f"val accuracy {fmt(metrics.get('val_accuracy'))} (majority class "
                 f"{fmt(metrics.get('val_majority_accuracy'))}), val step AUROC {fmt(metrics.get('val_auroc'))} "
                 f"(chance 0.5); {chosen}; {checkpoint.duration_s or 0:.1f}s"
             )
         )
+
+
+def _outcome_selection(
+    options: dict[str, Any], config: dict[str, Any]
+) -> tuple[OutcomeDataFilters | None, OutcomeDataFilters | None]:
+    """The graded solutions to train (and, for an ORM, validate) on; sets the outcome
+    options in ``config``. Outcome labels come from the problems trained on (--split,
+    --problem); an ORM validates on the graded solutions of --validation-split."""
+    mixing = [
+        flag
+        for flag, name in (("--outcome-weight", "outcome_weight"), ("--outcome-targets", "outcome_targets"))
+        if options[name] is not None
+    ]
+    if options["objective"] == CheckpointObjective.OUTCOME:
+        if mixing:
+            raise OutcomeSelectionError(
+                f"{', '.join(mixing)}: for a process run; an ORM trains on outcome labels alone"
+            )
+        config["objective"] = CheckpointObjective.OUTCOME
+    elif not mixing and options["outcome_solutions"] is None:
+        return None, None
+    if not options["splits"] and not options["problem_ids"]:
+        raise OutcomeSelectionError(
+            "outcome labels need --split or --problem to come from (so that held-out problems are never read)"
+        )
+    outcome = OutcomeDataFilters(
+        splits=tuple(options["splits"]) if options["splits"] else None,
+        problem_ids=tuple(options["problem_ids"]) if options["problem_ids"] else None,
+        count=options["outcome_solutions"],
+        seed=options["outcome_seed"],
+    )
+    if options["objective"] == CheckpointObjective.OUTCOME:
+        validation = (
+            OutcomeDataFilters(splits=tuple(options["validation_splits"])) if options["validation_splits"] else None
+        )
+        return outcome, validation
+    for key, name in (("outcome_weight", "outcome_weight"), ("outcome_targets", "outcome_targets")):
+        if options[name] is not None:
+            config[key] = options[name]
+    return outcome, None
 
 
 def _epoch_line(report: dict[str, Any]) -> str:
