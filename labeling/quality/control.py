@@ -250,6 +250,40 @@ def labeler_screening_result(*, labeler: Labeler) -> ScreeningResult:
     )
 
 
+@dataclass(frozen=True)
+class ScreeningPlace:
+    """A screening task's place in the set, as the task screen says it: "Screening task ``number`` of ``size``"."""
+
+    number: int
+    size: int
+
+
+def screening_place(*, assignment: Assignment) -> ScreeningPlace | None:
+    """Where a screening task stands in the set (served in the set's order, so its position); None for other tasks.
+
+    Reads the task's kind from ``assignment.task`` (loaded with the task
+    screen), so a task that is not a screening item costs no query.
+    """
+    if assignment.task.kind != TaskKind.SCREENING:
+        return None
+    set_ids = screening_set_ids()
+    if assignment.task_id not in set_ids:
+        return None  # retired from the set since it was handed out
+    return ScreeningPlace(number=set_ids.index(assignment.task_id) + 1, size=len(set_ids))
+
+
+def screening_outcome_note(*, labeler: Labeler) -> str:
+    """What the labeler is told at the moment their screening is decided (labeler_screening_conclude)."""
+    result = labeler_screening_result(labeler=labeler)
+    matched = f"{result.agreement.agreed} of {result.agreement.items} of your labels matched the reviewers'"
+    if labeler.status == LabelerStatus.ACTIVE:
+        return f"You passed the screening: {matched}. Regular work starts now; here is your first task."
+    return (
+        f"That was the last screening task. You did not pass the screening: {matched}, "
+        f"where {result.threshold_percent}% was needed."
+    )
+
+
 def labeler_screening_conclude(*, labeler: Labeler, now: datetime | None = None) -> bool:
     """Admit or fail a labeler who has finished the screening set; True if their status changed.
 

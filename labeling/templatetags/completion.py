@@ -3,10 +3,11 @@
 ``{% task_panel %}`` (the whole phase-2 panel), ``{% task_state %}`` and
 ``{% finish_box %}`` (as the rating click's answer swaps them in),
 ``{% completion c %}`` and ``{% step_rows rows %}`` (rateable rows),
-``{% task_footer %}`` (both phases' footer) and ``{% int_url %}``. They read
+``{% task_footer %}`` (both phases' footer), ``{% expected_answer %}`` (both
+phases' expected answer) and ``{% int_url %}``. They read
 what the panel needs from the template's context: ``screen``, ``oob``,
 ``finished``, ``alternatives_pending``, a refused ``reason_form`` with its
-``reason_kind``, and the ``csrf_token``.
+``reason_kind``, a ``note`` and the ``screening`` place, and the ``csrf_token``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from django.utils.safestring import SafeString
 from annotate.paths import int_path
 from labeling.web.panel import (
     completion_html,
+    expected_answer_html,
     finish_box_html,
     step_rows_html,
     task_footer_html,
@@ -37,6 +39,12 @@ def _token(context: Context) -> str:
 def int_url(name: str, *args: int) -> str:
     """``{% int_url 'submit' a.pk %}``: ``{% url %}`` for integer arguments, formatted (annotate.paths)."""
     return int_path(name, *args)
+
+
+@register.simple_tag
+def expected_answer(answer: str | None) -> SafeString:
+    """``{% expected_answer problem.answer %}``: LaTeX typeset, plain text as written."""
+    return expected_answer_html(answer)
 
 
 @register.simple_tag(takes_context=True)
@@ -86,4 +94,6 @@ def task_panel(context: Context) -> SafeString:
         alternatives_pending=bool(context.get("alternatives_pending")),
         reason_kind=context.get("reason_kind"),
         reason_form=context.get("reason_form"),
+        note=context.get("note"),
+        screening=context.get("screening"),
     )

@@ -27,6 +27,8 @@ from django.utils.safestring import SafeString
 
 from annotate.paths import int_path, int_path_format
 from labeling.data.display import isolated
+from labeling.quality.control import ScreeningPlace
+from labeling.work.answer_display import answer_is_math, answer_segments, answer_tex
 from labeling.work.selectors import CompletionRow, FinishBox, StepRow, TaskScreen
 
 _RATING_CLASS = {-1: " r-bad", 0: " r-okay", 1: " r-good"}
@@ -233,19 +235,19 @@ def task_footer_html(
     )
 
 
-def _answer_html(screen: TaskScreen) -> str:
-    answer = screen.problem.answer
+def expected_answer_html(answer: str | None) -> SafeString:
+    """The expected answer: LaTeX typeset (a whole formula boxed), plain text as written (answer_display)."""
     if not answer:
-        return '<span class="muted">not given</span>'
-    if screen.answer_is_math:
-        return f'<bdi class="math answer-box">\\({escape(screen.answer_tex)}\\)</bdi>'
+        return SafeString('<span class="muted">not given</span>')
+    if answer_is_math(answer):
+        return SafeString(f'<bdi class="math answer-box">\\({escape(answer_tex(answer.strip()))}\\)</bdi>')
     parts = " ".join(
         f'<span class="math">\\({escape(part)}\\)</span>'
         if kind == "math"
         else f'<span class="answer-text">{isolated(part)}</span>'
-        for kind, part in screen.answer_segments
+        for kind, part in answer_segments(answer)
     )
-    return f'<bdi class="answer-box answer-mixed">{parts}</bdi>'
+    return SafeString(f'<bdi class="answer-box answer-mixed">{parts}</bdi>')  # see the module's docstring
 
 
 def task_panel_html(
@@ -256,15 +258,20 @@ def task_panel_html(
     alternatives_pending: bool = False,
     reason_kind: str | None = None,
     reason_form: Form | None = None,
+    note: str | None = None,
+    screening: ScreeningPlace | None = None,
 ) -> SafeString:
     """The panel (``#task``): the problem, the steps shown and kept ahead, the submit box and the footer.
 
     ``screen`` None: nothing is waiting for the labeler. ``finished``: this
-    answers a finish, so it says the last task was saved.
+    answers a finish, so it says the last task was saved; ``note``: what the
+    finish decided (a screening passed), said instead. ``screening``: the
+    screening task's place in the set.
     """
     home = int_path("home")
+    outcome = f'<p class="saved-note outcome" role="status">{escape(note)}</p>\n' if note else ""
     if screen is None:
-        saved = '  <p class="saved-note">Saved.</p>\n' if finished else ""
+        saved = outcome or ('  <p class="saved-note">Saved.</p>\n' if finished else "")
         return SafeString(  # see the module's docstring
             '<section id="task" class="task empty card">\n'
             f"{saved}"
@@ -297,14 +304,19 @@ def task_panel_html(
             f'<p class="closed-note">This task is {escape(a.get_status_display())}{reason}'
             f' and can no longer be changed.\n  <a href="{home}">Back to the start page</a></p>\n'
         )
-    saved = '<p class="saved-note">Saved. Here is your next task.</p>\n' if finished else ""
+    saved = outcome or ('<p class="saved-note">Saved. Here is your next task.</p>\n' if finished else "")
+    if screening is not None:
+        saved += (
+            f'<p class="screening-place">Screening task {screening.number} of {screening.size}'
+            ' <span class="muted">· your ratings are compared with reviewers\' before regular work opens</span></p>\n'
+        )
     return SafeString(  # see the module's docstring
         f'<section id="task" class="task" data-assignment="{a.pk}">\n'
         f"{task_state_html(screen)}\n"
         f"{saved}"
         '<header class="problem">\n'
         f'  <div class="problem-text math">{isolated(screen.problem.problem)}</div>\n'
-        f'  <p class="answer">Expected answer: {_answer_html(screen)}</p>\n'
+        f'  <p class="answer">Expected answer: {expected_answer_html(screen.problem.answer)}</p>\n'
         "</header>\n\n"
         '<ol class="steps" id="steps" aria-label="Steps of the solution">\n'
         f"{step_rows_html(screen.rows, screen=screen, csrf_token=csrf_token)}</ol>\n"

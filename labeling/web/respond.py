@@ -26,6 +26,7 @@ from django_htmx.middleware import HtmxDetails
 from annotate.paths import int_path
 from labeling.labelers import labeler_for_user
 from labeling.models import Assignment, Labeler, LabelerStatus
+from labeling.quality.control import screening_outcome_note, screening_place
 from labeling.web.forms import ReasonForm
 from labeling.web.panel import finish_box_html, task_panel_html
 from labeling.work.alternatives import alternatives_generated_attach
@@ -105,6 +106,7 @@ def task_response(
     finished: bool = False,
     reason_form: ReasonForm | None = None,
     reason_kind: str | None = None,
+    note: str | None = None,
 ) -> HttpResponse:
     """The task screen of either phase (or the empty one), as a page or its ``task-panel`` fragment.
 
@@ -112,17 +114,19 @@ def task_response(
     ratings and nothing generated for it yet: the screen needs no query.
     ``finished``: this answers a finish (the screen says it was saved).
     ``reason_form``, ``reason_kind``: a reason to leave the task that was
-    refused, shown again with its error.
+    refused, shown again with its error. ``note``: what the finish decided
+    (a screening passed), said in place of "Saved".
     """
     reasons = {"reason_form": reason_form, "reason_kind": reason_kind} if reason_form is not None else {}
     if assignment is not None and is_phase_one(assignment):
-        return phase_one_response(request, assignment, status=status, finished=finished, **reasons)
+        return phase_one_response(request, assignment, status=status, finished=finished, note=note, **reasons)
     screen: TaskScreen | None
     if assignment is not None and fresh:
         pending, screen = False, task_screen_from(assignment=assignment, ratings=[])
     else:
         pending = assignment is not None and alternatives_generated_attach(assignment=assignment)
         screen = task_screen(assignment=assignment) if assignment is not None else None
+    screening = screening_place(assignment=assignment) if assignment is not None else None
     if _fragment(request):
         panel = task_panel_html(
             screen,
@@ -135,10 +139,15 @@ def task_response(
             alternatives_pending=pending,
             reason_kind=reason_kind,
             reason_form=reason_form,
+            note=note,
+            screening=screening,
         )
         response = HttpResponse(panel, status=status)
     else:
-        context = {"screen": screen, "alternatives_pending": pending, **reasons, "finished": finished}
+        context = {
+            "screen": screen, "alternatives_pending": pending, **reasons, "finished": finished, "note": note,
+            "screening": screening,
+        }  # fmt: skip
         response = render(request, "labeling/task.html", context, status=status)
     if screen is not None:
         response[VERSION_HEADER] = f"{screen.assignment.pk}:{screen.version}"
@@ -169,20 +178,29 @@ def next_after_finish(request: HttpRequest, handout: Handout | None = None) -> H
     fresh = False
     if handout is not None:
         labeler, following, fresh = handout.labeler, handout.following, handout.fresh
+        decided = handout.screening_decided
     else:
         labeler = labeler_of(cast(LabelerRequest, request))  # a finish without a hand-out: a signed-in view
+        before = labeler.status
         try:
-            following = assignment_next(labeler=labeler)
+            following = assignment_next(labeler=labeler)  # updates labeler.status where it decides screening
         except LabelerMayNotWork:
             following = None
+        decided = before == LabelerStatus.SCREENING and labeler.status != LabelerStatus.SCREENING
+    # The moment screening is decided is said there and then, passed or not.
+    note = screening_outcome_note(labeler=labeler) if decided else None
     if following is None and labeler.status == LabelerStatus.FAILED_SCREENING:
+        if note:
+            messages.info(request, note)  # shown by the screening page the labeler is sent to
         return screening_redirect(request)
     if not is_htmx(request):
+        if note:
+            messages.success(request, note)
         if following is None:
             messages.info(request, "Saved. No more tasks are waiting for you right now.")
             return redirect("home")
         return redirect("task", pk=following.pk)
-    response = task_response(request, following, fresh=fresh, finished=True)
+    response = task_response(request, following, fresh=fresh, finished=True, note=note)
     # int_path: reverse() walked the URL resolver on every submit + next.
     return push_url(response, int_path("task", following.pk) if following else reverse("home"))
 

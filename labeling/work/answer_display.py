@@ -1,16 +1,22 @@
-"""How a reference answer is shown: prose as text, formulas as math (pure; no ORM).
+"""How a reference answer is shown: LaTeX typeset as math, everything else as the text it is (pure; no ORM).
 
-Reference answers are often sentences ("The limit exists and is equal to 3"); typeset
-whole as math, their spaces vanish and the words turn into italic variables. An answer
-is cut into segments: what is inside $...$, \\(...\\) or \\[...\\] is math; otherwise a run
-of prose words (two or more letters, not a function name such as sqrt) is text, and
-everything between them (numbers, "x=16", "sqrt(a)", "(a^3+2b)/(3a)") is math.
+Reference answers come in four kinds. Delimited math ($...$, \\(...\\), \\[...\\]) is
+typeset and the text around it shown as text. Undelimited LaTeX ("\\frac{1}{2}",
+"2^{10}", "The limit is \\sqrt{a}") is recognised by its commands and braced scripts:
+runs of prose words (two or more letters, not a function name such as sqrt) are text,
+everything between them math. A plain formula that TeX reads as it is written (numbers,
+one-letter variables, operators, brackets, one-character scripts: "4^n", "2^n/(n+1)",
+"x=16") is typeset whole. Anything else is plain text ("sum_(k=1)^n 1/k", "sqrt(3)",
+"x^10", "x=16 and x=81"): typeset, its words would turn into italic variables and its
+brackets and long scripts into wrong sub- and superscripts, so it is shown as written.
 """
 
 from __future__ import annotations
 
 import re
 from typing import Literal
+
+from labeling.data.display import is_hidden_character
 
 Kind = Literal["text", "math"]
 Segment = tuple[Kind, str]
@@ -22,6 +28,13 @@ _MATH_WORDS = frozenset(
     | {"gcd", "lcm", "mod", "arcsin", "arccos", "arctan", "floor", "ceil", "binom", "frac", "pi", "inf"}
 )
 _PUNCTUATION = "()[].,;:!?\"'"
+# What only LaTeX writes: a command (\frac, \sqrt, \pi, \{) or a braced script (x^{2}, a_{n}).
+_LATEX = re.compile(r"\\[A-Za-z{}|,;!]|[\^_]\{")
+# A plain formula TeX typesets as meant: these characters only, no word (two letters or
+# more), and every script one character long (TeX raises only the first of "x^10").
+_PLAIN_FORMULA = re.compile(r"[0-9A-Za-z+\-*/=<>().,!|\s^_]+")
+_WORD = re.compile(r"[A-Za-z]{2,}")
+_LONG_OR_EMPTY_SCRIPT = re.compile(r"[\^_](?![A-Za-z0-9](?![A-Za-z0-9]))")
 
 
 def _is_prose(token: str) -> bool:
@@ -45,6 +58,11 @@ def answer_segments(answer: str) -> list[Segment]:
         if cursor < len(answer):
             segments.append(("text", answer[cursor:]))
         return [(kind, text.strip()) for kind, text in segments if text.strip()]
+    if not _LATEX.search(answer):
+        plain_formula = (
+            _PLAIN_FORMULA.fullmatch(answer) and not _WORD.search(answer) and not _LONG_OR_EMPTY_SCRIPT.search(answer)
+        )
+        return [("math" if plain_formula else "text", answer)]
     merged: list[tuple[Kind, list[str]]] = []
     for token in answer.split():
         kind: Kind = "text" if _is_prose(token) else "math"
@@ -59,3 +77,9 @@ def answer_is_math(answer: str) -> bool:
     """True when the whole answer is one formula (it is then shown boxed, as a formula)."""
     segments = answer_segments(answer)
     return len(segments) == 1 and segments[0][0] == "math"
+
+
+def answer_tex(answer: str) -> str:
+    """A whole-formula answer as the boxed TeX shown; a hidden character (bidi control, zero width) as its code."""
+    tex = "".join(f"\\text{{\u27e8U+{ord(ch):04X}\u27e9}}" if is_hidden_character(ch) else ch for ch in answer)
+    return "\\boxed{" + tex + "}"

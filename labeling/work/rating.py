@@ -34,6 +34,7 @@ from labeling.models import (
     FinishReason,
     LabeledStep,
     Labeler,
+    LabelerStatus,
     StepAlternative,
     StepRating,
 )
@@ -529,6 +530,7 @@ class Handout:
     following: Assignment | None  # None: nothing waiting, or the labeler may not work (see labeler.status)
     fresh: bool  # following was leased just now: it has no ratings and no alternatives being generated
     labeler: Labeler  # as the hand-out left them (a status it changed included)
+    screening_decided: bool = False  # the hand-out ended the labeler's screening (passed or failed)
 
 
 def assignment_submit_and_next(
@@ -556,6 +558,7 @@ def assignment_submit_and_next(
     if labeler is None and (user_id is None or password_hash is None):
         raise ValueError("without a labeler, the signed-in user's id and password hash")
     now = now or timezone.now()
+    status_before: str | None = None
     for attempt in (1, 2):
         try:
             # Pipelined: the submit's writes travel with the hand-out's first read.
@@ -567,6 +570,9 @@ def assignment_submit_and_next(
                 found = labeler or submitted.labeler
                 assert found is not None  # read with the owner's check, which found their assignment
                 working: Labeler = found
+                if status_before is None:
+                    # The first attempt's: a retry's labeler object may carry that attempt's rolled-back change.
+                    status_before = working.status
                 following = (
                     assignment_next_in_transaction(labeler=working, now=now) if submitted.reason is not None else None
                 )
@@ -583,4 +589,5 @@ def assignment_submit_and_next(
         following=following,
         fresh=following is not None and is_fresh_lease(following, now=now),
         labeler=working,
+        screening_decided=status_before == LabelerStatus.SCREENING and working.status != LabelerStatus.SCREENING,
     )

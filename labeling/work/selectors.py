@@ -10,9 +10,7 @@ from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquer
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from labeling.data.display import is_hidden_character
 from labeling.models import Assignment, AssignmentStatus, FinishReason, Labeler, Problem, StepRating
-from labeling.work.answer_display import Segment, answer_is_math, answer_segments
 from labeling.work.progress import Progress, progress_compute
 
 # Work a labeler is credited with, on their home page and in the admin alike:
@@ -164,24 +162,6 @@ class TaskScreen:
     @property
     def ready_reason(self) -> FinishReason | None:
         return self.progress.ready_reason
-
-    @property
-    def answer_tex(self) -> str:
-        # A hidden character (bidi control, zero width) is shown by its code point, as in text.
-        answer = "".join(
-            f"\\text{{\u27e8U+{ord(ch):04X}\u27e9}}" if is_hidden_character(ch) else ch
-            for ch in self.problem.answer or ""
-        )
-        return "\\boxed{" + answer + "}"
-
-    @property
-    def answer_is_math(self) -> bool:
-        return answer_is_math(self.problem.answer or "")
-
-    @property
-    def answer_segments(self) -> list[Segment]:
-        """Prose as text and formulas as math (labeling.work.answer_display)."""
-        return answer_segments(self.problem.answer or "")
 
     @property
     def is_open(self) -> bool:

@@ -405,15 +405,22 @@ def test_visiting_the_home_page_creates_no_labeler_row() -> None:
     assert not Labeler.objects.filter(user=admin).exists()
 
 
-def test_a_text_answer_is_shown_as_text_and_only_its_formula_as_math() -> None:
-    client, assignment = _started(answer="The limit exists and is equal to 3")
+def test_a_plain_text_answer_is_shown_as_written_not_typeset() -> None:
+    client, assignment = _started(answer="sum_(k=1)^n 1/k")
+    page = client.get(reverse("task", args=[assignment.pk])).content.decode()
+    assert '<span class="answer-text"><bdi>sum_(k=1)^n 1/k</bdi></span>' in page
+    assert "\\(" not in page.split('class="answer"')[1].split("</p>")[0]
+
+
+def test_a_latex_answer_in_words_shows_its_words_as_text_and_its_formula_as_math() -> None:
+    client, assignment = _started(answer="The limit exists and is equal to \\sqrt{3}")
     page = client.get(reverse("task", args=[assignment.pk])).content.decode()
     assert '<span class="answer-text"><bdi>The limit exists and is equal to</bdi></span>' in page
-    assert '<span class="math">\\(3\\)</span>' in page
+    assert '<span class="math">\\(\\sqrt{3}\\)</span>' in page
     assert "\\boxed{The limit" not in page
 
 
-def test_a_formula_answer_is_still_one_boxed_formula() -> None:
-    client, assignment = _started(answer="(a^3+2b)/(3a)")
+def test_a_latex_formula_answer_is_one_boxed_formula() -> None:
+    client, assignment = _started(answer="\\frac{a^3+2b}{3a}")
     page = client.get(reverse("task", args=[assignment.pk])).content.decode()
-    assert "\\(\\boxed{(a^3+2b)/(3a)}\\)" in page
+    assert "\\(\\boxed{\\frac{a^3+2b}{3a}}\\)" in page
