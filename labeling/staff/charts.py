@@ -26,6 +26,11 @@ ANSWER_COLOURS = {"correct": GOOD, "wrong": BAD, "no answer": MISSING, "ungraded
 _W, _H = 520, 220
 _PAD_L, _PAD_R, _PAD_T, _PAD_B = 52, 12, 12, 44
 _FONT = 13
+# The width a 13-unit label takes, per character, on the wide side (system fonts
+# average about 7, DejaVu Sans nearly 8): labels are laid out by it so none reaches past the viewBox,
+# where the SVG clips it.
+_CHAR_W = 8.0
+_LEGEND_ROW = 18
 
 
 def _fmt(value: float) -> str:
@@ -36,16 +41,42 @@ def _fmt(value: float) -> str:
     return f"{value:.3g}"
 
 
-def _legend(names: Sequence[str], colours: Sequence[str], *, x: float, y: float) -> str:
-    """Swatches and names in a row, each as wide as its name (no overlap)."""
+def _legend_places(names: Sequence[str], *, x: float, right: float) -> list[tuple[float, int]]:
+    """Where each legend entry goes: (x, row). Entries take as much room as their names and wrap
+    to a new row rather than run past ``right`` (a chart with long series names: best-of-N's)."""
+    places: list[tuple[float, int]] = []
+    left, row = x, 0
+    for name in names:
+        width = 15 + _CHAR_W * len(name)
+        if x > left and x + width > right:
+            x, row = left, row + 1
+        places.append((x, row))
+        x += width + 16
+    return places
+
+
+def _legend_rows(names: Sequence[str], *, x: float, right: float = _W - _PAD_R) -> int:
+    places = _legend_places(names, x=x, right=right)
+    return places[-1][1] + 1 if places else 0
+
+
+def _legend(names: Sequence[str], colours: Sequence[str], *, x: float, y: float, right: float = _W - _PAD_R) -> str:
+    """Swatches and names, each as wide as its name (no overlap), in rows from ``y`` down."""
     parts = []
-    for name, colour in zip(names, colours, strict=True):
+    for name, colour, (at, row) in zip(names, colours, _legend_places(names, x=x, right=right), strict=True):
+        line = y + row * _LEGEND_ROW
         parts.append(
-            f'<rect x="{x:.0f}" y="{y - 10:.0f}" width="11" height="11" fill="{colour}"/>'
-            f'<text x="{x + 15:.0f}" y="{y}" fill="#374151">{escape(name)}</text>'
+            f'<rect x="{at:.0f}" y="{line - 10:.0f}" width="11" height="11" fill="{colour}"/>'
+            f'<text x="{at + 15:.0f}" y="{line}" fill="#374151">{escape(name)}</text>'
         )
-        x += 15 + 7.5 * len(name) + 16
     return "".join(parts)
+
+
+def _x_label(text: str, *, x: float, y: float, width: int = _W) -> str:
+    """An x-axis label centred under its mark, moved inwards where centring would cut it at an edge."""
+    half = _CHAR_W * len(text) / 2
+    x = min(max(x, half + 2), width - half - 2)
+    return f'<text x="{x:.1f}" y="{y}" text-anchor="middle" fill="#374151">{escape(text)}</text>'
 
 
 def _frame(body: str, *, label: str, width: int = _W, height: int = _H) -> SafeString:
@@ -98,10 +129,7 @@ def bar_chart(points: Sequence[tuple[str, float]], *, label: str, every: int = 1
             f"<title>{escape(name)}: {_fmt(value)}</title></rect>"
         )
         if i % every == 0:
-            parts.append(
-                f'<text x="{x + bar_w / 2:.1f}" y="{_H - _PAD_B + 17}" text-anchor="middle" fill="#374151">'
-                f"{escape(name)}</text>"
-            )
+            parts.append(_x_label(name, x=x + bar_w / 2, y=_H - _PAD_B + 17))
     return _frame("".join(parts), label=label)
 
 
@@ -121,7 +149,8 @@ def share_bars(
         return (colours or {}).get(name, PALETTE[k % len(PALETTE)])
 
     names = [name for name, _ in rows[0][1]] if rows else []
-    height = _PAD_T + len(rows) * (row_h + gap) + 30
+    legend_rows = max(1, _legend_rows(names, x=left))
+    height = _PAD_T + len(rows) * (row_h + gap) + 30 + (legend_rows - 1) * _LEGEND_ROW
     width = _W
     parts: list[str] = []
     for r, (row_label, values) in enumerate(rows):
@@ -145,7 +174,8 @@ def share_bars(
                     f"{share:.0f} %</text>"
                 )
             x += w
-    parts.append(_legend(names, [colour(k, n) for k, n in enumerate(names)], x=left, y=height - 10))
+    legend_y = height - 10 - (legend_rows - 1) * _LEGEND_ROW
+    parts.append(_legend(names, [colour(k, n) for k, n in enumerate(names)], x=left, y=legend_y))
     if not rows:
         parts.append('<text x="50%" y="30" text-anchor="middle" fill="#6b7280">no data yet</text>')
     return _frame("".join(parts), label=label, width=width, height=max(height, 60))
@@ -170,9 +200,7 @@ def line_chart(
     parts = [_y_axis(top)]
     for i, name in enumerate(x_labels):
         x = _PAD_L + (i * step if len(x_labels) > 1 else plot_w / 2)
-        parts.append(
-            f'<text x="{x:.1f}" y="{_H - _PAD_B + 17}" text-anchor="middle" fill="#374151">{escape(name)}</text>'
-        )
+        parts.append(_x_label(name, x=x, y=_H - _PAD_B + 17))
     for k, (name, points) in enumerate(series.items()):
         color = PALETTE[k % len(PALETTE)]
         segment: list[str] = []
@@ -190,5 +218,7 @@ def line_chart(
             if len(segment) > 1:
                 parts.append(f'<polyline points="{" ".join(segment[-2:])}" fill="none" stroke="{color}"/>')
     names = list(series)
+    # The legend's rows below the x labels; the chart grows by the rows past the first.
     parts.append(_legend(names, [PALETTE[k % len(PALETTE)] for k in range(len(names))], x=_PAD_L, y=_H - 6))
-    return _frame("".join(parts), label=label)
+    height = _H + (max(1, _legend_rows(names, x=_PAD_L)) - 1) * _LEGEND_ROW
+    return _frame("".join(parts), label=label, height=height)
