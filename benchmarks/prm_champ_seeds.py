@@ -29,6 +29,7 @@ and the oracle.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import sys
@@ -49,14 +50,19 @@ def study_env(workdir: Path) -> dict[str, str]:
     return env
 
 
-def prepare(workdir: Path, *, pool: int, first_seed: int, validation: float, test: float) -> None:
-    """The database every seed shares: problems, human labels, the graded pool of every problem."""
+def prepare(workdir: Path, *, pool: int, train_pool: int, seeds: list[int], validation: float, test: float) -> None:
+    """The database every seed shares: problems, human labels, the graded pool of every problem.
+
+    A problem that is a test problem under one of ``seeds`` gets ``pool`` conversations
+    (best-of-16 needs 16 graded ones); the others ``train_pool``, which only outcome
+    labels read. Scoring the pool is most of the cost, so this halves a study's CPU.
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "db.sqlite3").unlink(missing_ok=True)
     env = study_env(workdir)
     _manage(env, "migrate", "--no-input")
     _manage(env, "load_demo", "--solutions-per-problem=0")
-    _split(env, first_seed, validation, test)
+    _split(env, seeds[0], validation, test)
     prm_champ._django(env)
     from labeling.models import Problem
 
@@ -71,10 +77,25 @@ def prepare(workdir: Path, *, pool: int, first_seed: int, validation: float, tes
     labels_file.write_text("".join(json.dumps(r) + "\n" for r in records))
     _manage(env, "import_prm800k", str(labels_file))
     pool_file = workdir / "champ-pool.jsonl"
-    rows = prm_champ.champ_pool(set(problems), labeled, pool, problems, records)
+    tested = tested_problems(set(problems), seeds=seeds, validation=validation, test=test)
+    rows = prm_champ.champ_pool(tested, labeled, pool, problems, records) + prm_champ.champ_pool(
+        set(problems) - tested, labeled, train_pool, problems, records
+    )
     pool_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
     _manage(env, "import_solutions", str(pool_file))
     grade(workdir, again=False)
+
+
+def tested_problems(problems: set[str], *, seeds: list[int], validation: float, test: float) -> set[str]:
+    from labeling.data.problem_splits import problem_split_for
+
+    return {
+        uid
+        for uid in problems
+        if any(
+            problem_split_for(unique_id=uid, seed=seed, validation=validation, test=test) == "test" for seed in seeds
+        )
+    }
 
 
 def grade(workdir: Path, *, again: bool) -> None:
@@ -91,12 +112,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", type=Path, default=ROOT / "var" / "prm-champ-seeds")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--pool", type=int, default=20, help="unlabeled conversations per problem")
+    parser.add_argument("--pool", type=int, default=20, help="unlabeled conversations per test problem of a seed")
+    parser.add_argument("--train-pool", type=int, default=8, help="unlabeled conversations per other problem")
     parser.add_argument("--validation", type=float, default=0.2)
     parser.add_argument("--test", type=float, default=0.2)
     parser.add_argument("--prepare-only", action="store_true", help="build and grade the shared database, then stop")
     parser.add_argument("--reuse", action="store_true", help="keep --workdir's database (prepared before)")
     parser.add_argument("--regrade", action="store_true", help="with --reuse: grade the whole pool again first")
+    parser.add_argument("--curve", action="store_true", help="also learning curves in human and outcome labels")
     parser.add_argument("--again", action="store_true", help="run seeds already in --workdir's seeds.json again")
     parser.add_argument("--n", type=int, nargs="+", default=[1, 4, 16], help="best-of-N sizes")
     parser.add_argument("--train-option", action="append", default=[], metavar="KEY=VALUE", help="train_prm --KEY")
@@ -106,7 +129,14 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     print(f"CHAMP seeds study in {workdir} (load {_load()})", file=sys.stderr)
     if not args.reuse:
-        prepare(workdir, pool=args.pool, first_seed=args.seeds[0], validation=args.validation, test=args.test)
+        prepare(
+            workdir,
+            pool=args.pool,
+            train_pool=args.train_pool,
+            seeds=args.seeds,
+            validation=args.validation,
+            test=args.test,
+        )
     elif args.regrade:
         grade(workdir, again=True)
     if args.prepare_only:
@@ -133,8 +163,10 @@ def main(argv: list[str] | None = None) -> int:
 # Outcome labels mixed into the PRM's training: each weight and target is tried on every
 # seed and the one with the best validation step AUROC is the seed's "PRM + outcome"
 # (chosen on validation only; the test split is read once, for the chosen one).
-MIX_WEIGHTS = (0.1, 0.3, 1.0)
+MIX_WEIGHTS = (0.25, 1.0)
 MIX_TARGETS = ("final", "every_step")
+CURVE_SHARES = (0.25, 0.5)
+CURVE_OUTCOME = (80, 640)
 
 
 def run_seed(env: dict[str, str], seed: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -180,6 +212,24 @@ def run_seed(env: dict[str, str], seed: int, args: argparse.Namespace) -> dict[s
     chosen = max(candidates, key=lambda name: arms[name]["validation"].get("step_auroc") or 0.0)
     evaluate(chosen, ("test",))
     arms["PRM + outcome (chosen on validation)"] = {**arms[chosen], "chosen": chosen}
+    if args.curve:
+        # Learning curves (test split): the PRM on a quarter and half of the training
+        # problems' human labels (a fixed hashed order), the ORM on fewer and more graded
+        # solutions. The full-data points are the arms above.
+        from labeling.models import Problem
+
+        order = sorted(
+            Problem.objects.filter(split="train", unique_id__startswith="champ/").values_list("unique_id", flat=True),
+            key=lambda uid: hashlib.sha256(f"curve:{uid}".encode()).hexdigest(),
+        )
+        for share in CURVE_SHARES:
+            name = f"curve: PRM on {share:.0%} of the training problems"
+            train(name, *[f"--problem={uid}" for uid in order[: max(1, round(share * len(order)))]])
+            evaluate(name, ("test",))
+        for count in CURVE_OUTCOME:
+            name = f"curve: ORM on {count} graded solutions"
+            train(name, "--objective=outcome", f"--outcome-solutions={count}", f"--outcome-seed={seed}")
+            evaluate(name, ("test",))
     graded = Solution.objects.filter(problem__split="train", is_correct__isnull=False).count()
     return {
         "seed": seed,
@@ -275,12 +325,13 @@ def report(results: dict[str, Any], args: argparse.Namespace, seconds: float) ->
             metrics = entry.get("metrics") or {}
             lines.append(
                 f"| {seed} | {arm}{' = ' + entry['chosen'] if 'chosen' in entry else ''} | "
-                f"{metrics.get('train_solutions', '—')} / {metrics.get('outcome_solutions', 0)} | "
+                f"{metrics.get('train_solutions', '—')} / {metrics.get('train_outcome_solutions', 0)} | "
                 f"{_fmt(_get(r, 'step_auroc'))} | {_fmt(_get(r, 'first_error', 'f1'))} "
                 f"{_interval(r.get('first_error'), 'f1_ci')} | {_fmt(row.get('prm'))} {_interval(row, 'prm_ci')} | "
                 f"{_fmt(row.get('weighted'))} | {_fmt(row.get('majority'))} | "
                 f"{_fmt(_diff(row))} {_interval(row, 'prm_minus_majority_ci')} |"
             )
+    lines += curve_table(results, seeds, n)
     total = sum(float(results[s].get("seconds", 0.0)) for s in seeds)
     lines += ["", f"{len(seeds)} seeds in {total:.0f} s of wall time (this report {seconds:.0f} s); load {_load()}."]
     return lines
@@ -308,3 +359,38 @@ def write_docs(lines: list[str], args: argparse.Namespace) -> None:
     STUDY_DOC.write_text(
         pattern.sub(lambda _: block, text) if pattern.search(text) else f"{text.rstrip()}\n\n{block}\n"
     )
+
+
+def curve_table(results: dict[str, Any], seeds: list[str], n: str) -> list[str]:
+    """Metric against labeled solutions, human (PRM) and outcome (ORM), mean over seeds."""
+    if not all(any(name.startswith("curve:") for name in results[seed]["arms"]) for seed in seeds):
+        return []
+    points: list[tuple[str, str]] = [
+        *[("PRM (human step labels)", f"curve: PRM on {share:.0%} of the training problems") for share in CURVE_SHARES],
+        ("PRM (human step labels)", "PRM"),
+        *[("ORM (grader's outcome labels)", f"curve: ORM on {count} graded solutions") for count in CURVE_OUTCOME[:1]],
+        ("ORM (grader's outcome labels)", "ORM, equal solutions"),
+        *[("ORM (grader's outcome labels)", f"curve: ORM on {count} graded solutions") for count in CURVE_OUTCOME[1:]],
+        ("ORM (grader's outcome labels)", "ORM, whole pool"),
+    ]
+    lines = [
+        "",
+        "Learning curves (test split, mean over seeds [95% t-interval]): each point is a checkpoint trained on that "
+        "many labeled solutions, human step labels for the PRM, the grader's verdicts for the ORM.",
+        "",
+        f"| labels | solutions (mean) | step AUROC | first-error F1 | best-of-{n}: pick | pick - majority |",
+        "|---|---|---|---|---|---|",
+    ]
+    for kind, arm in points:
+        entries = [results[seed]["arms"].get(arm) or {} for seed in seeds]
+        tests = [entry.get("test") for entry in entries]
+        key = "train_outcome_solutions" if "ORM" in kind else "train_solutions"
+        solutions = [float((entry.get("metrics") or {}).get(key) or 0) for entry in entries]
+        pick = [_get(r, "best_of_n", n, "prm") for r in tests]
+        majority = [_get(r, "best_of_n", n, "majority") for r in tests]
+        diff = [None if a is None or b is None else a - b for a, b in zip(pick, majority, strict=True)]
+        lines.append(
+            f"| {kind} | {sum(solutions) / len(solutions):.0f} | {_cell([_get(r, 'step_auroc') for r in tests])} | "
+            f"{_cell([_get(r, 'first_error', 'f1') for r in tests])} | {_cell(pick)} | {_cell(diff)} |"
+        )
+    return lines
