@@ -18,19 +18,29 @@ test numbers of one checkpoint sit side by side. Keys of a result:
 * ``step_auroc``: AUROC of P(step is fine) against the human ratings of every rated
   completion (neutral counted as fine), with ``step_auroc_labeled_steps``; chance is 0.5.
   Null when the held-out labels are all of one class.
+* ``objective``: "process" (a PRM) or "outcome" (an ORM: trained on graded final answers;
+  its step AUROC and first error read its score after each step, which it was not trained
+  to give, and its best-of-N score is its final step's).
 * ``first_error``: ProcessBench style on each labeled solution's trajectory (the chosen
   completions, then the step where the labeler stopped): ``error_accuracy`` (first error
   found exactly), ``correct_accuracy`` (error-free solution passed), their harmonic mean
-  ``f1`` and counts; ``first_error_baselines``: ``always_no_error`` and
+  ``f1`` with ``f1_ci`` (95 % bootstrap over solutions), ``f1_minus_random_at_prior``
+  (+ ``_ci``, paired) and counts; ``first_error_baselines``: ``always_no_error`` and
   ``random_at_prior`` (each step flagged with the share of -1 steps, ``error_prior``).
 * ``best_of_n``: per N (string keys), over held-out problems with at least N pool
   solutions; the pool is every solution of those problems that was never served as a
   task (nor has the content of one), scored by this checkpoint and graded. Per N:
-  ``problems`` used and ``skipped`` (fewer than N), ``trials``, and accuracies:
-  ``prm`` (highest score under the checkpoint's aggregation), ``prm_min``,
-  ``prm_product``, ``prm_mean``, ``prm_last``, ``weighted`` (answer with the largest
-  summed score), ``majority``, ``random`` (expected), ``oracle`` (some candidate right).
-  ``pool`` counts what was used and what was left out, and why.
+  ``problems`` used and ``skipped`` (fewer than N), and expected accuracies over every
+  size-N subset of a problem's pool: ``prm`` (highest score under the checkpoint's
+  aggregation), ``prm_min``, ``prm_product``, ``prm_mean``, ``prm_last``, ``random``,
+  ``oracle`` (some candidate right), all exact; ``weighted`` (answer with the largest
+  summed score) and ``majority``, over ``draws`` random subsets per problem, the same for
+  both, or every subset where there are fewer (``votes_exact`` problems). Answers vote as
+  the grader groups them (``grading.equivalence``); a tie shares the credit. Each
+  accuracy ``k`` has ``k_ci``, and each but majority ``k_minus_majority`` and
+  ``k_minus_majority_ci``: 95 % intervals from resampling problems (``intervals``).
+  ``pool`` counts what was used and what was left out, and why, and how the wrong
+  answers were grouped.
 * ``held_out_problems`` and ``held_out_problems_in_training``: a non-zero overlap means
   the numbers are not held-out numbers.
 """
@@ -48,6 +58,7 @@ from django.utils import timezone
 
 from activelearn.checkpoints import checkpoint_aggregation, checkpoint_threshold, checkpoint_training_set
 from activelearn.grading import extract_final_answer, normalize_answer
+from activelearn.grading.equivalence import answer_groups
 from activelearn.models import PRMCheckpoint, SolutionScore
 from activelearn.solution_scoring import checkpoint_model_load
 from activelearn.training_data import TrainingDataFilters, labeled_solutions_list
@@ -127,19 +138,36 @@ def checkpoint_evaluate(
     splits: Sequence[str] | None = None,
     problem_ids: Sequence[str] | None = None,
     best_of_n_sizes: Sequence[int] = DEFAULT_BEST_OF_N,
-    trials: int = 10,
+    draws: int | None = None,
+    resamples: int | None = None,
     threshold: float | None = None,
     seed: int = 0,
     batch_size: int = 16,
 ) -> dict[str, Any]:
     """Compute the metrics, store them under their held-out key (with ``evaluated_at``)
-    and return them. The model is loaded once."""
+    and return them. The model is loaded once. ``draws``: random subsets per problem for
+    the votes (default ``DEFAULT_DRAWS``); ``resamples``: bootstrap resamples behind every
+    interval (default ``DEFAULT_RESAMPLES``)."""
     from activelearn.prm.data import trajectory_with_first_error
-    from activelearn.prm.evaluation import auroc, first_error_baselines, first_error_metrics, labeled_step_auroc
+    from activelearn.prm.evaluation import (
+        DEFAULT_DRAWS,
+        DEFAULT_RESAMPLES,
+        INTERVAL_LEVEL,
+        auroc,
+        error_prior,
+        first_error_baselines,
+        first_error_interval,
+        first_error_metrics,
+        labeled_step_auroc,
+    )
     from activelearn.prm.scoring import score_solutions
 
     if any(n < 1 for n in best_of_n_sizes):
         raise EvaluationRequestError("best-of-N sizes must be positive")
+    draws = DEFAULT_DRAWS if draws is None else draws
+    resamples = DEFAULT_RESAMPLES if resamples is None else resamples
+    if draws < 1 or resamples < 1:
+        raise EvaluationRequestError("draws and resamples must be positive")
     held_out = held_out_select(checkpoint=checkpoint, generation=generation, splits=splits, problem_ids=problem_ids)
     used_threshold = checkpoint_threshold(checkpoint=checkpoint) if threshold is None else threshold
     aggregation = checkpoint_aggregation(checkpoint=checkpoint)
@@ -158,6 +186,14 @@ def checkpoint_evaluate(
         if checkpoint.threshold is not None
         else "default",
         "aggregation": aggregation,
+        "objective": _objective(checkpoint),
+        "intervals": {
+            "level": INTERVAL_LEVEL,
+            "resamples": resamples,
+            "seed": seed,
+            "first_error": "solutions resampled",
+            "best_of_n": "problems resampled",
+        },
         "step_auroc": None,
         "step_auroc_labeled_steps": 0,
         "first_error": None,
@@ -177,10 +213,21 @@ def checkpoint_evaluate(
             reduction="min",
         )
         first_errors = [first for _, first in trajectories]
-        metrics = first_error_metrics([s.step_scores for s in scored], first_errors, threshold=used_threshold)
-        result["first_error"] = dataclasses.asdict(metrics)
-        steps_total = sum(len(steps) for steps, _ in trajectories)
-        prior = sum(first is not None for first in first_errors) / steps_total if steps_total else 0.0
+        step_scores = [s.step_scores for s in scored]
+        metrics = first_error_metrics(step_scores, first_errors, threshold=used_threshold)
+        prior = error_prior([len(steps) for steps, _ in trajectories], first_errors)
+        interval = first_error_interval(
+            step_scores, first_errors, used_threshold, prior, resamples=resamples, seed=seed
+        )
+        result["first_error"] = {
+            **dataclasses.asdict(metrics),
+            "f1_ci": [interval["f1"].low, interval["f1"].high],
+            "f1_minus_random_at_prior": interval["f1_minus_random_at_prior"].value,
+            "f1_minus_random_at_prior_ci": [
+                interval["f1_minus_random_at_prior"].low,
+                interval["f1_minus_random_at_prior"].high,
+            ],
+        }
         result["error_prior"] = prior
         result["first_error_baselines"] = {
             name: dataclasses.asdict(value)
@@ -214,7 +261,7 @@ def checkpoint_evaluate(
 
     pools, result["pool"] = _pool_candidates(checkpoint, held_out.pool, aggregation)
     for n in best_of_n_sizes:
-        result["best_of_n"][str(n)] = _best_of_n_row(pools, n, trials, seed)
+        result["best_of_n"][str(n)] = _best_of_n_row(pools, n, draws=draws, resamples=resamples, seed=seed)
     with transaction.atomic():
         # Row lock: two evaluations of the same checkpoint (validation and test) each
         # add their key without losing the other's.
@@ -225,28 +272,33 @@ def checkpoint_evaluate(
     return result
 
 
-def _best_of_n_row(pools: Sequence[Sequence[Candidate]], n: int, trials: int, seed: int) -> dict[str, Any]:
+def _objective(checkpoint: PRMCheckpoint) -> str:
+    # Read defensively: rows of a database migrated before the field existed have none.
+    return str(getattr(checkpoint, "objective", "process") or "process")
+
+
+def _best_of_n_row(
+    pools: Sequence[Sequence[Candidate]], n: int, *, draws: int, resamples: int, seed: int
+) -> dict[str, Any]:
     from activelearn.prm.evaluation import best_of_n
     from activelearn.prm.scoring import REDUCTIONS
 
-    outcome = best_of_n(pools, n, trials=trials, seed=seed, aggregations=REDUCTIONS)
+    outcome = best_of_n(pools, n, draws=draws, seed=seed, aggregations=REDUCTIONS, resamples=resamples)
 
-    def number(value: float) -> float | None:
-        return None if math.isnan(value) else value
+    def number(value: float | None) -> float | None:
+        return None if value is None or math.isnan(value) else value
 
-    row: dict[str, Any] = {
-        "problems": outcome.problems,
-        "skipped": outcome.skipped,
-        "trials": trials,
-        "prm": number(outcome.prm_accuracy),
-        "weighted": number(outcome.weighted_accuracy),
-        "majority": number(outcome.majority_accuracy),
-        "random": number(outcome.random_accuracy),
-        "oracle": number(outcome.oracle_accuracy),
-    }
-    for name in REDUCTIONS:
-        value = outcome.by_aggregation.get(name)
-        row[f"prm_{name}"] = None if value is None else number(value)
+    row: dict[str, Any] = {"problems": outcome.problems, "skipped": outcome.skipped, "draws": draws}
+    row["votes_exact"] = outcome.votes_exact
+    names = ["prm", "weighted", "majority", "random", "oracle", *(f"prm_{name}" for name in REDUCTIONS)]
+    for name in names:
+        estimate = outcome.estimates.get(name)
+        row[name] = number(estimate.value) if estimate is not None else None
+        row[f"{name}_ci"] = [estimate.low, estimate.high] if estimate is not None else None
+        if name != "majority":
+            gap = outcome.minus_majority.get(name)
+            row[f"{name}_minus_majority"] = gap.value if gap is not None else None
+            row[f"{name}_minus_majority_ci"] = [gap.low, gap.high] if gap is not None else None
     return row
 
 
@@ -287,22 +339,29 @@ def _pool_candidates(
             "solution__is_correct",
         )
     )
-    pools: dict[str, list[Candidate]] = {}
-    used = 0
+    # (answer as written, graded correct, aggregated score, step scores) per problem.
+    found: dict[str, list[tuple[str, bool, float, tuple[float, ...]]]] = {}
     for unique_id, step_scores, final_answer, steps, is_correct in rows.iterator(chunk_size=2000):
         values = tuple(float(s) for s in step_scores or ())
         if not values:
             continue
         answer = final_answer if final_answer is not None else extract_final_answer("\n".join(steps or []))
-        pools.setdefault(unique_id, []).append(
-            Candidate(
-                score=reduce_steps(values, aggregation),  # type: ignore[arg-type]
-                answer=normalize_answer(answer or ""),
-                is_correct=bool(is_correct),
-                step_scores=values,
-            )
-        )
-        used += 1
-    counts["solutions_used"] = used
-    counts["problems_with_candidates"] = len(pools)
-    return list(pools.values()), counts
+        score = reduce_steps(values, aggregation)  # type: ignore[arg-type]
+        found.setdefault(unique_id, []).append((answer or "", bool(is_correct), score, values))
+    # Majority and weighted vote count answers as the grader compares them, so "1/3" and
+    # "\frac{1}{3}" are one vote each for the same answer.
+    groups, grouping = answer_groups([[(a, c) for a, c, _, _ in items] for items in found.values()])
+    pools = [
+        [
+            Candidate(score=score, answer=normalize_answer(answer), is_correct=correct, step_scores=values, group=key)
+            for (answer, correct, score, values), key in zip(items, keys, strict=True)
+        ]
+        for items, keys in zip(found.values(), groups, strict=True)
+    ]
+    counts["solutions_used"] = sum(len(items) for items in found.values())
+    counts["problems_with_candidates"] = len(found)
+    counts["wrong_answer_strings"] = grouping.distinct_wrong_answers
+    counts["wrong_answer_groups"] = sum(len({c.vote_key for c in pool if not c.is_correct}) for pool in pools)
+    counts["grouping_comparisons"] = grouping.comparisons
+    counts["grouping_undecided"] = grouping.undecided
+    return pools, counts

@@ -25,6 +25,15 @@ class EvaluationRow:
     majority: float | None
     random: float | None
     oracle: float | None
+    # 95 % bootstrap intervals ([low, high]; None in evaluations stored before them):
+    # first-error F1 over solutions, best-of-N over problems, and the differences of the
+    # PRM and of weighted vote to majority vote (paired: the same resampled problems).
+    f1_ci: tuple[float, float] | None = None
+    prm_ci: tuple[float, float] | None = None
+    weighted_ci: tuple[float, float] | None = None
+    majority_ci: tuple[float, float] | None = None
+    prm_minus_majority_ci: tuple[float, float] | None = None
+    weighted_minus_majority_ci: tuple[float, float] | None = None
 
 
 def _get(values: Any, *path: str) -> Any:
@@ -33,6 +42,12 @@ def _get(values: Any, *path: str) -> Any:
             return None
         values = values.get(key)
     return values
+
+
+def _interval(value: Any) -> tuple[float, float] | None:
+    if isinstance(value, list | tuple) and len(value) == 2 and all(isinstance(v, int | float) for v in value):
+        return float(value[0]), float(value[1])
+    return None
 
 
 def checkpoint_evaluation_rows(*, checkpoint: PRMCheckpoint) -> list[EvaluationRow]:
@@ -58,6 +73,12 @@ def checkpoint_evaluation_rows(*, checkpoint: PRMCheckpoint) -> list[EvaluationR
                 majority=top.get("majority"),
                 random=top.get("random"),
                 oracle=top.get("oracle"),
+                f1_ci=_interval(_get(result, "first_error", "f1_ci")),
+                prm_ci=_interval(top.get("prm_ci")),
+                weighted_ci=_interval(top.get("weighted_ci")),
+                majority_ci=_interval(top.get("majority_ci")),
+                prm_minus_majority_ci=_interval(top.get("prm_minus_majority_ci")),
+                weighted_minus_majority_ci=_interval(top.get("weighted_minus_majority_ci")),
             )
         )
     return rows

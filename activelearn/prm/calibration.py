@@ -1,8 +1,11 @@
 """What a checkpoint decides on its validation solutions: first-error threshold, aggregation.
 
-* **Threshold**: the P(step is fine) below which a step counts as the first error, chosen
-  to maximise first-error F1 (``evaluation.best_threshold``) on the labelers'
-  trajectories. A fixed 0.5 flags nothing when the model's scores sit above it.
+* **Threshold**: the P(step is fine) below which a step counts as the first error: the
+  one that flags as many of the labelers' trajectory steps as there are first errors
+  (``evaluation.prior_threshold``). Not the F1 maximiser (``evaluation.best_threshold``):
+  with 9-22 error-free validation solutions that one jumps between peaks of the F1
+  curve when a single solution changes. A fixed 0.5 flags nothing when the model's
+  scores sit above it.
 * **Aggregation**: how step scores become one solution score (``scoring.REDUCTIONS``),
   chosen by the AUROC with which the aggregated score of each *whole* solution separates
   the ones labelers found an error in from the error-free ones. Whole solutions matter:
@@ -21,11 +24,12 @@ from typing import Any
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from activelearn.prm.data import LabeledSolution, trajectory_with_first_error
-from activelearn.prm.evaluation import FirstErrorMetrics, auroc, best_threshold
+from activelearn.prm.evaluation import FirstErrorMetrics, auroc, error_prior, prior_threshold
 from activelearn.prm.modeling import ProcessRewardModel
 from activelearn.prm.scoring import REDUCTIONS, NeutralAs, Reduction, reduce_steps, score_solutions
 
 FALLBACK_AGGREGATION: Reduction = "min"
+THRESHOLD_RULE = "error-prior quantile of the validation step scores"
 # Another aggregation replaces "min" only when its validation AUROC is higher by more than
 # this: on a hundred-odd validation solutions the AUROCs of the aggregations differ by
 # noise, and "min", unlike "product", does not favour short solutions. (On CHAMP, product
@@ -43,6 +47,8 @@ class Calibration:
     aggregation_solutions: int = 0
     aggregation_reason: str = ""
     solutions: int = 0
+    threshold_rule: str = THRESHOLD_RULE
+    error_prior: float | None = None  # share of validation trajectory steps that are a first error
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -80,7 +86,9 @@ def calibrate(
     scored = score_solutions(
         model, tokenizer, [(s.problem, steps) for s, (steps, _) in usable], batch_size, "min", neutral_as
     )
-    threshold, metrics = best_threshold([r.step_scores for r in scored], [first for _, (_, first) in usable])
+    step_scores = [r.step_scores for r in scored]
+    first_errors = [first for _, (_, first) in usable]
+    threshold, metrics = prior_threshold(step_scores, first_errors)
     whole = [(s, first is not None) for s, (_, first) in usable if s.solution_steps]
     whole_scores = score_solutions(
         model, tokenizer, [(s.problem, s.solution_steps or ()) for s, _ in whole], batch_size, "min", neutral_as
@@ -94,4 +102,5 @@ def calibrate(
         aggregation_solutions=len(whole),
         aggregation_reason=reason,
         solutions=len(usable),
+        error_prior=error_prior([len(s) for s in step_scores], first_errors),
     )

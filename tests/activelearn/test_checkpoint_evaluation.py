@@ -57,7 +57,7 @@ def test_it_stores_hand_checkable_metrics_for_a_generation(checkpoint):
     # second problem: the top score is right; majority (4) wrong; weighted 0.8 ("3") > 0.2 + 0.1 ("4")
     _pool(second, checkpoint, [(0.8, "3", True), (0.2, "4", False), (0.1, "4", False)])
 
-    result = checkpoint_evaluate(checkpoint=checkpoint, generation=HELD_OUT, best_of_n_sizes=(3, 4), trials=5)
+    result = checkpoint_evaluate(checkpoint=checkpoint, generation=HELD_OUT, best_of_n_sizes=(3, 4))
 
     stored = PRMCheckpoint.objects.get(pk=checkpoint.pk)
     assert stored.evaluation == {"generation:7": result} and stored.evaluated_at is not None
@@ -68,12 +68,20 @@ def test_it_stores_hand_checkable_metrics_for_a_generation(checkpoint):
     everything = {
         "problems": 2,
         "skipped": 0,
-        "trials": 5,
         **dict.fromkeys(["prm", "prm_min", "prm_product", "prm_mean", "prm_last", "weighted", "majority"], 0.5),
         "random": pytest.approx(0.5),
         "oracle": 1.0,
     }
-    assert result["best_of_n"]["3"] == everything
+    row = result["best_of_n"]["3"]
+    assert {key: row[key] for key in everything} == everything
+    # One subset of 3 per problem: the votes are enumerated, not drawn.
+    assert row["draws"] == 1000 and row["votes_exact"] == 2
+    # Resampling two problems, one won by the PRM and the other by majority vote, spans
+    # everything from both lost to both won; the paired gap from -1 to +1.
+    assert row["prm_ci"] == row["majority_ci"] == [0.0, 1.0] and row["oracle_ci"] == [1.0, 1.0]
+    assert row["prm_minus_majority"] == 0.0 and row["prm_minus_majority_ci"] == [-1.0, 1.0]
+    assert "majority_minus_majority" not in row
+    assert result["intervals"]["resamples"] == 2000 and result["objective"] == "process"
     # No problem has 4 candidates: N=4 is reported with both problems skipped, not dropped.
     assert result["best_of_n"]["4"]["problems"] == 0 and result["best_of_n"]["4"]["skipped"] == 2
     assert result["best_of_n"]["4"]["prm"] is None
@@ -91,13 +99,15 @@ def test_it_stores_hand_checkable_metrics_for_a_generation(checkpoint):
         model, tokenizer, [(s.problem, steps) for s, (steps, _) in zip(held_out, trajectories, strict=True)]
     )
     expected = first_error_metrics([s.step_scores for s in scores], [2, None], threshold=result["threshold"])
-    assert result["first_error"] == {
+    metrics = {key: result["first_error"][key] for key in ("error_accuracy", "correct_accuracy", "f1")}
+    assert metrics == {
         "error_accuracy": expected.error_accuracy,
         "correct_accuracy": expected.correct_accuracy,
         "f1": expected.f1,
-        "erroneous": 1,
-        "error_free": 1,
     }
+    assert (result["first_error"]["erroneous"], result["first_error"]["error_free"]) == (1, 1)
+    low, high = result["first_error"]["f1_ci"]
+    assert low <= expected.f1 <= high
     # One -1 step among the 5 trajectory steps: the random baseline flags at 0.2.
     assert result["error_prior"] == pytest.approx(0.2)
     # Hit the error at index 2: 0.8^2 x 0.2; pass the 2-step clean one: 0.8^2.
@@ -113,6 +123,21 @@ def test_it_stores_hand_checkable_metrics_for_a_generation(checkpoint):
     # 3 + 1 chosen-path steps, plus the error step and its alternative
     assert result["step_auroc_labeled_steps"] == 6
     assert result["step_auroc"] == pytest.approx(labeled_step_auroc(model, tokenizer, held_out).auroc)
+
+
+def test_answers_the_grader_takes_for_equal_vote_as_one(checkpoint):
+    the_problem = problem(answer="1/2")
+    labeled([Step(completions=[("half correct", 1)])], generation_number=HELD_OUT, of=the_problem)
+    # Two wrong candidates write the same wrong answer two ways; the right one stands alone.
+    _pool(the_problem, checkpoint, [(0.9, "1/2", True), (0.1, "1/3", False), (0.2, "\\frac{1}{3}", False)])
+
+    result = checkpoint_evaluate(checkpoint=checkpoint, generation=HELD_OUT, best_of_n_sizes=(3,))
+
+    # As strings, three answers tie and a third of the credit is right; as answers, 1/3 wins 2 to 1.
+    assert result["best_of_n"]["3"]["majority"] == 0.0
+    assert result["best_of_n"]["3"]["weighted"] == 1.0  # 0.9 against 0.1 + 0.2
+    pool = result["pool"]
+    assert (pool["wrong_answer_strings"], pool["wrong_answer_groups"], pool["grouping_undecided"]) == (2, 1, 0)
 
 
 def test_it_evaluates_on_the_validation_split_by_default(checkpoint, capsys):

@@ -6,6 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from activelearn.checkpoint_evaluation import DEFAULT_BEST_OF_N, EvaluationRequestError, checkpoint_evaluate
 from activelearn.management.commands._checkpoint_arg import ready_checkpoint
+from activelearn.prm.evaluation import DEFAULT_DRAWS, DEFAULT_RESAMPLES
 from activelearn.solution_scoring import CheckpointNotReadyError
 
 
@@ -14,7 +15,8 @@ class Command(BaseCommand):
         "Evaluate a PRM checkpoint (default: the newest ready one) on held-out data: step AUROC, "
         "ProcessBench-style first-error accuracy/F1 beside 'always no error' and 'random at the prior', and "
         "best-of-N over the held-out problems' unlabeled pool (PRM with each aggregation, weighted vote, "
-        "majority vote, random, oracle; problems used and skipped per N). Held out: --split/--problem, "
+        "majority vote, random, oracle: expected accuracies over every size-N subset; problems used and "
+        "skipped per N), each with a 95% bootstrap interval. Held out: --split/--problem, "
         "--generation, or by default the checkpoint's validation set. The threshold is the checkpoint's "
         "(chosen on validation) unless --threshold is given. Stored in PRMCheckpoint.evaluation under the "
         "held-out set's key and printed as JSON; score and grade the pool first (score_solutions, "
@@ -27,7 +29,19 @@ class Command(BaseCommand):
         parser.add_argument("--problem", action="append", dest="problem_ids", help="this Problem.unique_id")
         parser.add_argument("--generation", type=int, help="evaluate on this generation's labels")
         parser.add_argument("--n", type=int, action="append", help=f"best-of-N sizes (default {DEFAULT_BEST_OF_N})")
-        parser.add_argument("--trials", type=int, default=10, help="random subsets per problem and N")
+        parser.add_argument(
+            "--draws",
+            "--trials",
+            type=int,
+            dest="draws",
+            help=f"random subsets per problem and N for majority and weighted vote (default {DEFAULT_DRAWS}; "
+            "every subset where there are fewer); the PRM, random and oracle are exact",
+        )
+        parser.add_argument(
+            "--resamples",
+            type=int,
+            help=f"bootstrap resamples behind each 95%% interval (default {DEFAULT_RESAMPLES})",
+        )
         parser.add_argument(
             "--threshold", type=float, help="P(fine) below this is an error (default: the checkpoint's)"
         )
@@ -37,6 +51,9 @@ class Command(BaseCommand):
         checkpoint = ready_checkpoint(options["checkpoint"])
         if options["threshold"] is not None and not 0.0 <= options["threshold"] <= 1.0:
             raise CommandError("--threshold must lie in [0, 1]")
+        for name in ("draws", "resamples"):
+            if options[name] is not None and options[name] < 1:
+                raise CommandError(f"--{name} must be at least 1, got {options[name]}")
         try:
             result = checkpoint_evaluate(
                 checkpoint=checkpoint,
@@ -44,7 +61,8 @@ class Command(BaseCommand):
                 splits=options["splits"],
                 problem_ids=options["problem_ids"],
                 best_of_n_sizes=tuple(options["n"] or DEFAULT_BEST_OF_N),
-                trials=options["trials"],
+                draws=options["draws"],
+                resamples=options["resamples"],
                 threshold=options["threshold"],
                 batch_size=options["batch_size"],
             )

@@ -1,16 +1,29 @@
+import itertools
+import json
 import math
+import random
+from fractions import Fraction
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from activelearn.prm.calibration import AGGREGATION_MARGIN, choose_aggregation
 from activelearn.prm.evaluation import (
     Candidate,
+    Estimate,
     auroc,
     best_of_n,
     best_threshold,
+    bootstrap_means,
+    error_prior,
+    expected_top_pick,
     first_error_baselines,
+    first_error_hits,
+    first_error_interval,
     first_error_metrics,
     predicted_first_error,
+    prior_threshold,
 )
 
 
@@ -47,15 +60,16 @@ def test_best_of_n_against_majority_vote_on_a_toy_case():
     first = [Candidate(0.9, "5", True), Candidate(0.2, "6", False), Candidate(0.3, "6", False)]
     # Problem 2: the PRM prefers a wrong answer, the majority is right.
     second = [Candidate(0.1, "1", True), Candidate(0.2, "1", True), Candidate(0.8, "2", False)]
-    full = best_of_n([first, second], n=3, trials=4)
+    full = best_of_n([first, second], n=3)
     assert (full.prm_accuracy, full.majority_accuracy) == (0.5, 0.5)
     # Weighted vote: problem 1 -> "5" (0.9 > 0.5); problem 2 -> "2" (0.8 > 0.3).
     assert full.weighted_accuracy == 0.5
-    single = best_of_n([first], n=1, trials=300, seed=7)
-    # With one sample both methods just pick it: accuracy is the share of right answers.
-    assert single.prm_accuracy == single.majority_accuracy
-    assert single.prm_accuracy == pytest.approx(1 / 3, abs=0.08)
-    assert best_of_n([first], n=1, trials=50, seed=7) == best_of_n([first], n=1, trials=50, seed=7)
+    # One subset of 3 out of 3: enumerated, not drawn.
+    assert full.votes_exact == 2
+    single = best_of_n([first], n=1)
+    # With one sample every method just picks it: accuracy is the share of right answers, exactly.
+    assert single.prm_accuracy == single.majority_accuracy == single.weighted_accuracy == pytest.approx(1 / 3)
+    assert best_of_n([first], n=2, draws=1, seed=7) == best_of_n([first], n=2, draws=1, seed=7)
 
 
 def test_first_error_baselines_are_the_expected_values_of_trivial_scorers():
@@ -83,7 +97,7 @@ def test_best_of_n_reports_every_strategy_on_the_same_subsets_and_counts_skipped
     right = Candidate(0.0, "1", True, step_scores=(0.8, 0.8, 0.8, 0.8))
     wrong = Candidate(0.0, "2", False, step_scores=(0.95, 0.5))
     short = [Candidate(0.0, "3", True, step_scores=(0.9,))]  # one candidate: skipped at N=2
-    result = best_of_n([[right, wrong], short], n=2, trials=3, aggregations=("min", "product"))
+    result = best_of_n([[right, wrong], short], n=2, aggregations=("min", "product"))
     assert (result.problems, result.skipped) == (1, 1)
     assert result.by_aggregation == {"min": 1.0, "product": 0.0}
     assert (result.random_accuracy, result.oracle_accuracy) == (0.5, 1.0)
@@ -103,3 +117,195 @@ def test_an_aggregation_replaces_min_only_by_a_margin():
     chosen, table, reason = choose_aggregation(clear, [False, False, True, True])
     assert chosen == "last" and table["last"] == 1.0 and "margin" in reason
     assert choose_aggregation(clear, [True, True, True, True])[0] == "min"  # one kind only: fallback
+
+
+def _brute_force(candidates: list[Candidate], n: int) -> dict[str, float]:
+    """Every strategy averaged over every size-n subset, ties split evenly, by enumeration."""
+    totals = {"prm": Fraction(0), "majority": Fraction(0), "weighted": Fraction(0), "random": Fraction(0)}
+    totals["oracle"] = Fraction(0)
+    subsets = list(itertools.combinations(candidates, n))
+    for subset in subsets:
+        best = max(c.score for c in subset)
+        top = [c for c in subset if c.score == best]
+        totals["prm"] += Fraction(sum(c.is_correct for c in top), len(top))
+        totals["random"] += Fraction(sum(c.is_correct for c in subset), n)
+        totals["oracle"] += any(c.is_correct for c in subset)
+        for name in ("majority", "weighted"):
+            votes: dict[str, Fraction] = {}
+            for c in subset:
+                votes[c.vote_key] = votes.get(c.vote_key, Fraction(0)) + (
+                    Fraction(1) if name == "majority" else Fraction(c.score)
+                )
+            leaders = [key for key, total in votes.items() if total == max(votes.values())]
+            right = [
+                Fraction(sum(c.is_correct for c in subset if c.vote_key == key), sum(c.vote_key == key for c in subset))
+                for key in leaders
+            ]
+            totals[name] += sum(right, Fraction(0)) / len(leaders)
+    return {name: float(total / len(subsets)) for name, total in totals.items()}
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_best_of_n_is_the_exact_expectation_over_every_subset_ties_included(seed):
+    rng = random.Random(seed)
+    # Scores from a few exact binary fractions: ties in score and in summed score are common.
+    # An answer is right or wrong as a whole: "a" is the right one.
+    problems = [
+        [Candidate(rng.choice([0.25, 0.5, 0.75]), answer, answer == "a") for answer in rng.choices("abc", k=size)]
+        for size in [rng.randint(1, 8) for _ in range(4)]
+    ]
+    for n in range(1, 9):
+        usable = [p for p in problems if len(p) >= n]
+        # draws >= C(8, 4) = 70: every problem's votes are enumerated, so all is exact.
+        result = best_of_n(problems, n, draws=100, seed=seed)
+        assert (result.problems, result.skipped, result.votes_exact) == (
+            len(usable),
+            len(problems) - len(usable),
+            len(usable),
+        )
+        if not usable:
+            assert math.isnan(result.prm_accuracy)
+            continue
+        expected = [_brute_force(p, n) for p in usable]
+        for name in ("prm", "majority", "weighted", "random", "oracle"):
+            assert result.estimates[name].value == pytest.approx(
+                sum(e[name] for e in expected) / len(usable), abs=1e-12
+            )
+            assert result.per_problem[name] == pytest.approx([e[name] for e in expected], abs=1e-12)
+
+
+def test_expected_top_pick_uses_the_order_statistic_without_ties():
+    # Ranked 0..5 from the top: the one at rank r is a subset's maximum with C(5 - r, n - 1) / C(6, n).
+    scores = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4]
+    for rank in range(6):
+        correct = [i == rank for i in range(6)]
+        assert expected_top_pick(scores, correct, 3) == pytest.approx(math.comb(5 - rank, 2) / math.comb(6, 3))
+    # A tie of all six shares the mass: a random pick.
+    assert expected_top_pick([0.5] * 6, [True, False, False, False, False, False], 3) == pytest.approx(1 / 6)
+
+
+def test_drawn_votes_match_the_enumeration_and_are_paired():
+    rng = random.Random(3)
+    pool = [Candidate(rng.random(), rng.choice("abcd"), False) for _ in range(14)]
+    pool = [Candidate(c.score, c.answer, c.answer in "ab", group="right" if c.answer in "ab" else None) for c in pool]
+    exact = best_of_n([pool], 5, draws=math.comb(14, 5))  # 2002 subsets: enumerated
+    drawn = best_of_n([pool], 5, draws=1000, seed=11)
+    assert (exact.votes_exact, drawn.votes_exact) == (1, 0)
+    assert drawn.majority_accuracy == pytest.approx(exact.majority_accuracy, abs=0.05)
+    assert drawn.weighted_accuracy == pytest.approx(exact.weighted_accuracy, abs=0.05)
+    # The PRM, random and oracle never depend on the draws.
+    assert (drawn.prm_accuracy, drawn.random_accuracy, drawn.oracle_accuracy) == (
+        exact.prm_accuracy,
+        exact.random_accuracy,
+        exact.oracle_accuracy,
+    )
+    # Equal scores make the weighted vote a majority vote: on the same subsets, the same number.
+    flat = [Candidate(0.5, c.answer, c.is_correct, group=c.group) for c in pool]
+    same = best_of_n([flat], 5, draws=300, seed=5)
+    assert same.weighted_accuracy == same.majority_accuracy
+    assert same.minus_majority["weighted"] == Estimate(0.0, 0.0, 0.0)
+
+
+def test_a_majority_tie_shares_the_credit_between_the_tied_answers():
+    pair = [Candidate(0.9, "1", True), Candidate(0.1, "2", False)]
+    result = best_of_n([pair], 2)
+    assert result.majority_accuracy == 0.5  # one vote each
+    assert result.weighted_accuracy == 1.0  # 0.9 against 0.1
+    # The same answer written two ways votes together once grouped.
+    grouped = [Candidate(0.2, "1/3", True, group="1/3"), Candidate(0.2, "\\frac{1}{3}", True, group="1/3")]
+    wrong = [Candidate(0.9, "2", False), Candidate(0.9, "2", False), Candidate(0.1, "5", False)]
+    assert best_of_n([grouped + wrong[:1] + wrong[2:]], 4).majority_accuracy == 1.0  # 2 votes against 1 and 1
+    assert best_of_n([grouped + wrong], 5).majority_accuracy == 0.5  # 2 against 2, and 1
+
+
+def _random_pools(problems: int, seed: int) -> list[list[Candidate]]:
+    rng = random.Random(seed)
+    pools = []
+    for _ in range(problems):
+        share = rng.random()
+        pools.append(
+            [Candidate(rng.random(), str(rng.randint(0, 3)), rng.random() < share) for _ in range(rng.randint(6, 12))]
+        )
+    return [[Candidate(c.score, "right" if c.is_correct else c.answer, c.is_correct) for c in p] for p in pools]
+
+
+def test_intervals_contain_the_estimate_and_shrink_with_more_problems():
+    few = best_of_n(_random_pools(20, seed=1), 4, draws=300)
+    many = best_of_n(_random_pools(20, seed=1) * 4, 4, draws=300)
+    for result in (few, many):
+        for estimate in [*result.estimates.values(), *result.minus_majority.values()]:
+            assert estimate.low <= estimate.value <= estimate.high
+    for name in ("prm", "majority", "weighted", "random", "oracle"):
+        width = few.estimates[name].high - few.estimates[name].low
+        assert width > 0
+        # Four times the problems: about half the width (1 / sqrt(4)).
+        assert many.estimates[name].high - many.estimates[name].low < 0.7 * width
+    # The gap to majority is paired: the PRM minus majority, problem by problem.
+    differences = [p - m for p, m in zip(few.per_problem["prm"], few.per_problem["majority"], strict=True)]
+    assert few.minus_majority["prm"].value == pytest.approx(sum(differences) / len(differences))
+    assert best_of_n(_random_pools(20, seed=1), 4, draws=300) == few  # seeded: the same result again
+
+
+def test_bootstrap_intervals_are_seeded_and_reject_an_empty_table():
+    values = np.asarray([[0.0, 1.0, 0.5, 0.25]])
+    assert bootstrap_means(values, resamples=500, seed=3)[1] == bootstrap_means(values, resamples=500, seed=3)[1]
+    with pytest.raises(ValueError, match="at least one unit"):
+        bootstrap_means(np.zeros((1, 0)))
+
+
+def test_first_error_hits_agree_with_the_metrics_at_every_threshold():
+    rng = random.Random(4)
+    scores = [[rng.random() for _ in range(rng.randint(1, 6))] for _ in range(30)]
+    firsts = [None if rng.random() < 0.3 else rng.randrange(len(s)) for s in scores]
+    thresholds = [0.05, 0.2, 0.35, 0.5, 0.65, 0.8, 0.95]
+    hits = first_error_hits(scores, firsts, thresholds)
+    for column, threshold in enumerate(thresholds):
+        predicted = [predicted_first_error(s, threshold) for s in scores]
+        assert hits[:, column].tolist() == [p == f for p, f in zip(predicted, firsts, strict=True)]
+    with pytest.raises(ValueError, match="solution 0: first error 3 outside its 2 step scores"):
+        first_error_hits([[0.5, 0.5]], [3], [0.5])
+
+
+def test_first_error_f1_comes_with_a_paired_interval_beside_the_random_baseline():
+    rng = random.Random(5)
+    scores = [[rng.random() for _ in range(rng.randint(2, 6))] for _ in range(60)]
+    firsts = [None if i < 15 else rng.randrange(len(s)) for i, s in enumerate(scores)]
+    prior = error_prior([len(s) for s in scores], firsts)
+    interval = first_error_interval(scores, firsts, 0.3, prior, resamples=500)
+    f1 = first_error_metrics(scores, firsts, 0.3).f1
+    baseline = first_error_baselines([len(s) for s in scores], firsts, prior)["random_at_prior"].f1
+    assert interval["f1"].value == pytest.approx(f1)
+    assert interval["f1_minus_random_at_prior"].value == pytest.approx(f1 - baseline)
+    for estimate in interval.values():
+        assert estimate.low <= estimate.value <= estimate.high and estimate.high - estimate.low > 0
+
+
+CHAMP_SCORES = Path(__file__).parents[1] / "data" / "champ_validation_step_scores.json"
+
+
+def test_the_prior_threshold_flags_as_many_steps_as_there_are_errors():
+    scores = [[0.9, 0.8, 0.1], [0.7, 0.95], [0.6, 0.85, 0.75, 0.2]]
+    firsts = [2, None, 3]
+    # 2 first errors among 9 steps: the 2/9 quantile, below which 2 of the 9 steps lie.
+    threshold, metrics = prior_threshold(scores, firsts)
+    assert sum(s < threshold for row in scores for s in row) == 2
+    assert metrics == first_error_metrics(scores, firsts, threshold) and metrics.f1 == 1.0
+
+
+@pytest.mark.parametrize("split_seed", ["0", "1", "2"])
+def test_the_prior_threshold_holds_still_where_the_f1_maximiser_swings(split_seed):
+    """Real validation scores of the default recipe on CHAMP (three split seeds): resampling
+    the validation solutions moves the F1-maximising threshold between peaks of the F1
+    curve; the error-prior quantile of all steps barely moves."""
+    solutions = json.loads(CHAMP_SCORES.read_text())["validation"][split_seed]
+    scores = [s["scores"] for s in solutions]
+    firsts = [s["first_error"] for s in solutions]
+    rng = np.random.default_rng(0)
+    chosen: dict[str, list[float]] = {"argmax": [], "prior": []}
+    for _ in range(60):
+        index = rng.integers(0, len(scores), len(scores))
+        sample = ([scores[i] for i in index], [firsts[i] for i in index])
+        chosen["argmax"].append(best_threshold(*sample)[0])
+        chosen["prior"].append(prior_threshold(*sample)[0])
+    spread = {rule: float(np.std(values)) for rule, values in chosen.items()}
+    assert spread["prior"] < 0.04 and spread["prior"] < 0.7 * spread["argmax"]
