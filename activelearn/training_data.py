@@ -52,6 +52,9 @@ if TYPE_CHECKING:
 # Assignments per page; each page costs two queries (assignments, then their steps
 # left-joined to ratings), so memory stays flat and there is no query per assignment.
 CHUNK = 1000
+# Solution ids per query when reading outcome solutions back (SQLite binds at most 32,766
+# parameters per statement).
+OUTCOME_PAGE = 5000
 
 FINISHED_REASONS = (FinishReason.FOUND_ERROR, FinishReason.SOLUTION)
 
@@ -256,7 +259,6 @@ def outcome_solutions_list(*, filters: OutcomeDataFilters) -> list[OutcomeSoluti
         if filters.count is not None and filters.count < len(ids):
             ids = sorted(random.Random(filters.seed).sample(ids, filters.count))
         solutions: list[OutcomeSolution] = []
-        # In pages: SQLite binds at most 32,766 parameters per statement.
         for start in range(0, len(ids), OUTCOME_PAGE):
             rows = (
                 Solution.objects.filter(id__in=ids[start : start + OUTCOME_PAGE])
@@ -273,10 +275,6 @@ def outcome_solutions_list(*, filters: OutcomeDataFilters) -> list[OutcomeSoluti
                 for unique_id, problem, steps, correct in rows
             )
     return solutions
-
-
-# Solution ids per query when reading outcome solutions back.
-OUTCOME_PAGE = 5000
 
 
 def training_set_build(
