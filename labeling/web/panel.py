@@ -307,7 +307,7 @@ def task_panel_html(
     saved = outcome or ('<p class="saved-note">Saved. Here is your next task.</p>\n' if finished else "")
     if screening is not None:
         saved += (
-            f'<p class="screening-place">Screening task {screening.number} of {screening.size}'
+            f'<p class="set-place">Screening task {screening.number} of {screening.size}'
             ' <span class="muted">· your ratings are compared with reviewers\' before regular work opens</span></p>\n'
         )
     return SafeString(  # see the module's docstring

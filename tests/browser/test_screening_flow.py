@@ -55,12 +55,12 @@ def new_labeler(live_server: Any, page: Any, settings: Any) -> Labeler:
 def test_a_passed_screening_is_said_when_it_happens_and_plain_answers_are_not_typeset(
     page: Any, new_labeler: Labeler
 ) -> None:
-    assert "Screening task 1 of 2" in page.inner_text(".screening-place")
+    assert "Screening task 1 of 2" in page.inner_text(".set-place")
     text, formulas = _answer(page)
     assert text.strip() == "sum_(k=1)^n 1/k" and formulas == 0
 
     _label(page, AGREE)
-    page.wait_for_selector(".screening-place:has-text('Screening task 2 of 2')")
+    page.wait_for_selector(".set-place:has-text('Screening task 2 of 2')")
     page.wait_for_selector(".problem .answer .katex")  # \frac{1}{2}, typeset
 
     _label(page, AGREE)
@@ -68,7 +68,7 @@ def test_a_passed_screening_is_said_when_it_happens_and_plain_answers_are_not_ty
     note = page.inner_text(".saved-note.outcome")
     assert "You passed the screening" in note and "2 of 2" in note
     assert "Here is your next task" not in page.inner_text("#task")
-    assert page.locator(".screening-place").count() == 0  # regular work now
+    assert page.locator(".set-place").count() == 0  # regular work now
     text, formulas = _answer(page)
     assert text.strip() == "sqrt(3)" and formulas == 0
     page.wait_for_function(IDLE)
@@ -79,7 +79,7 @@ def test_a_passed_screening_is_said_when_it_happens_and_plain_answers_are_not_ty
 
 def test_a_failed_screening_is_said_when_it_happens(page: Any, new_labeler: Labeler) -> None:
     _label(page, DISAGREE)
-    page.wait_for_selector(".screening-place:has-text('Screening task 2 of 2')")
+    page.wait_for_selector(".set-place:has-text('Screening task 2 of 2')")
     _label(page, DISAGREE)
     page.wait_for_url("**/screening/**")
     message = page.inner_text(".messages")
