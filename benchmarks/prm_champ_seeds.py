@@ -137,8 +137,11 @@ def main(argv: list[str] | None = None) -> int:
             validation=args.validation,
             test=args.test,
         )
-    elif args.regrade:
-        grade(workdir, again=True)
+    else:
+        # A database prepared by older code: bring its schema up to this code's.
+        _manage(study_env(workdir), "migrate", "--no-input")
+        if args.regrade:
+            grade(workdir, again=True)
     if args.prepare_only:
         print(f"prepared in {time.monotonic() - started:.0f}s", file=sys.stderr)
         return 0
