@@ -19,8 +19,8 @@ test numbers of one checkpoint sit side by side. Keys of a result:
   completion (neutral counted as fine), with ``step_auroc_labeled_steps``; chance is 0.5.
   Null when the held-out labels are all of one class.
 * ``objective``: "process" (a PRM) or "outcome" (an ORM: trained on graded final answers;
-  its step AUROC and first error read its score after each step, which it was not trained
-  to give, and its best-of-N score is its final step's).
+  its best-of-N score is its final step's, and its step AUROC and first error, which read
+  its score after each step, come with ``step_metrics_note``; null for a PRM).
 * ``first_error``: ProcessBench style on each labeled solution's trajectory (the chosen
   completions, then the step where the labeler stopped): ``error_accuracy`` (first error
   found exactly), ``correct_accuracy`` (error-free solution passed), their harmonic mean
@@ -59,7 +59,7 @@ from django.utils import timezone
 from activelearn.checkpoints import checkpoint_aggregation, checkpoint_threshold, checkpoint_training_set
 from activelearn.grading import extract_final_answer, normalize_answer
 from activelearn.grading.equivalence import answer_groups
-from activelearn.models import PRMCheckpoint, SolutionScore
+from activelearn.models import CheckpointObjective, PRMCheckpoint, SolutionScore
 from activelearn.solution_scoring import checkpoint_model_load
 from activelearn.training_data import TrainingDataFilters, labeled_solutions_list
 from labeling.models import Solution, Task
@@ -69,6 +69,12 @@ if TYPE_CHECKING:
     from activelearn.prm.evaluation import Candidate
 
 DEFAULT_BEST_OF_N = (1, 4, 16)
+# An ORM is evaluated like a PRM (its best-of-N score is its final step's, through
+# checkpoint_aggregation); its step metrics are reported with this note beside them.
+ORM_STEP_METRICS_NOTE = (
+    "outcome-supervised: step AUROC and first error read its score after each step, "
+    "which it was trained to give only at the final step"
+)
 
 
 class EvaluationRequestError(ValueError):
@@ -171,7 +177,9 @@ def checkpoint_evaluate(
     held_out = held_out_select(checkpoint=checkpoint, generation=generation, splits=splits, problem_ids=problem_ids)
     used_threshold = checkpoint_threshold(checkpoint=checkpoint) if threshold is None else threshold
     aggregation = checkpoint_aggregation(checkpoint=checkpoint)
-    trained_on = {s.problem_id for s in checkpoint_training_set(checkpoint=checkpoint).train}
+    training_set = checkpoint_training_set(checkpoint=checkpoint)
+    # Graded solutions trained on (an ORM's data, or a PRM's extra labels) count too.
+    trained_on = {s.problem_id for s in training_set.train} | {s.problem_id for s in training_set.outcome_train}
     held_problems = {s.problem_id for s in held_out.labeled}
     result: dict[str, Any] = {
         "held_out": held_out.key,
@@ -186,7 +194,8 @@ def checkpoint_evaluate(
         if checkpoint.threshold is not None
         else "default",
         "aggregation": aggregation,
-        "objective": _objective(checkpoint),
+        "objective": checkpoint.objective,
+        "step_metrics_note": ORM_STEP_METRICS_NOTE if checkpoint.objective == CheckpointObjective.OUTCOME else None,
         "intervals": {
             "level": INTERVAL_LEVEL,
             "resamples": resamples,
@@ -270,11 +279,6 @@ def checkpoint_evaluate(
         PRMCheckpoint.objects.filter(pk=checkpoint.pk).update(evaluation=evaluation, evaluated_at=timezone.now())
     checkpoint.evaluation = evaluation
     return result
-
-
-def _objective(checkpoint: PRMCheckpoint) -> str:
-    # Read defensively: rows of a database migrated before the field existed have none.
-    return str(getattr(checkpoint, "objective", "process") or "process")
 
 
 def _best_of_n_row(

@@ -9,8 +9,8 @@ from activelearn.prm.data import trajectory_with_first_error
 from activelearn.prm.evaluation import first_error_metrics, labeled_step_auroc
 from activelearn.prm.modeling import ProcessRewardModel
 from activelearn.prm.scoring import score_solutions
-from activelearn.training_data import TrainingDataFilters, labeled_solutions_list
-from labeling.models import FinishReason, Problem
+from activelearn.training_data import OutcomeDataFilters, TrainingDataFilters, labeled_solutions_list
+from labeling.models import FinishReason, Problem, Solution
 
 from .label_factories import TINY_CONFIG, Step, keyword_labels, labeled, problem, solution
 
@@ -138,6 +138,40 @@ def test_answers_the_grader_takes_for_equal_vote_as_one(checkpoint):
     assert result["best_of_n"]["3"]["weighted"] == 1.0  # 0.9 against 0.1 + 0.2
     pool = result["pool"]
     assert (pool["wrong_answer_strings"], pool["wrong_answer_groups"], pool["grouping_undecided"]) == (2, 1, 0)
+
+
+def test_an_orm_is_judged_by_its_final_step_score_and_its_step_metrics_are_labelled(settings, tmp_path, capsys):
+    settings.CHECKPOINT_DIR = tmp_path
+    for index in range(4):
+        of = problem()
+        Problem.objects.filter(pk=of.pk).update(split="train")
+        made = solution(of=of, steps=["think it through", f"so the answer is {index}"])
+        Solution.objects.filter(pk=made.pk).update(is_correct=index % 2 == 0, grading_note="correct")
+    orm = checkpoint_train(
+        base_model="tiny:bert",
+        through_generation=None,
+        config={**TINY_CONFIG, "max_steps": 2, "objective": "outcome"},
+        outcome_filters=OutcomeDataFilters(splits=("train",)),
+    )
+    the_problem = problem(answer="4")
+    labeled([Step(completions=[("four correct", 1)])], generation_number=HELD_OUT, of=the_problem)
+    # The right solution has the lower minimum and the higher final score.
+    for index, (answer, correct, steps) in enumerate([("4", True, [0.1, 0.9]), ("5", False, [0.5, 0.2])]):
+        made = solution(of=the_problem, steps=[f"step {index}", "end"], final_answer=answer)
+        Solution.objects.filter(pk=made.pk).update(is_correct=correct)
+        SolutionScore.objects.create(solution=made, checkpoint=orm, score=steps[-1], step_scores=steps)
+
+    call_command("evaluate_prm", f"--checkpoint={orm.pk}", f"--generation={HELD_OUT}", "--n=2")
+
+    result = PRMCheckpoint.objects.get(pk=orm.pk).evaluation[f"generation:{HELD_OUT}"]
+    assert (result["objective"], result["aggregation"]) == ("outcome", "last")
+    # The final step picks the right one (0.9 > 0.2); the lowest step would not (0.1 < 0.2).
+    assert result["best_of_n"]["2"]["prm"] == result["best_of_n"]["2"]["prm_last"] == 1.0
+    assert result["best_of_n"]["2"]["prm_min"] == 0.0
+    # Its step metrics are still computed, beside a note saying what they read.
+    assert result["step_metrics_note"] and "first error of an ORM" in capsys.readouterr().err
+    assert result["first_error"] is not None and result["labeled_solutions"] == 1
+    assert result["held_out_problems_in_training"] == 0
 
 
 def test_it_evaluates_on_the_validation_split_by_default(checkpoint, capsys):

@@ -76,6 +76,10 @@ class Command(BaseCommand):
                     "were trained on: these are not held-out numbers"
                 )
             )
+        if result["step_metrics_note"]:
+            self.stderr.write(
+                self.style.WARNING(f"step AUROC and first error of an ORM: {result['step_metrics_note']}")
+            )
         skipped = {n: row["skipped"] for n, row in result["best_of_n"].items() if row["skipped"]}
         if skipped:
             self.stderr.write(
