@@ -188,13 +188,11 @@ def prior_threshold(
     quantile of every step score, and the metrics at it on these solutions.
 
     A threshold chosen to maximise F1 on a hundred-odd solutions is fitted to the 9-22
-    error-free ones among them: F1 against the threshold is a step function with several
-    near-equal peaks, and swapping one solution moves the maximum from one to another
-    (on CHAMP validation sets its bootstrap spread was 0.05-0.12 in P(fine); bagging the
-    F1 curve did not help, the peaks stay). A quantile of all the steps (600-1,000) moves
-    little (0.03) and, chosen on one half of a validation set, gave the other half a
-    higher F1 than the F1 maximiser did on each of three split seeds (0.18 / 0.16 / 0.13
-    against 0.15 / 0.14 / 0.11).
+    error-free ones among them: F1 against the threshold has several near-equal peaks, and
+    swapping one solution moves the maximum from one to another (bagging the F1 curve over
+    bootstrap resamples did not help: the peaks stay). A quantile of all the steps, several
+    hundred of them, moves little; measured on CHAMP's validation sets in docs/prm.md
+    ("Scoring, grading, evaluation").
     """
     values = np.asarray([s for scores in step_scores for s in scores], dtype=np.float64)
     if values.size == 0:

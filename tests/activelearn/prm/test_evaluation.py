@@ -296,16 +296,31 @@ def test_the_prior_threshold_flags_as_many_steps_as_there_are_errors():
 def test_the_prior_threshold_holds_still_where_the_f1_maximiser_swings(split_seed):
     """Real validation scores of the default recipe on CHAMP (three split seeds): resampling
     the validation solutions moves the F1-maximising threshold between peaks of the F1
-    curve; the error-prior quantile of all steps barely moves."""
+    curve; the error-prior quantile of all steps barely moves, and chosen on half of the
+    problems it does better on the other half."""
     solutions = json.loads(CHAMP_SCORES.read_text())["validation"][split_seed]
     scores = [s["scores"] for s in solutions]
     firsts = [s["first_error"] for s in solutions]
+    rules = {"argmax": best_threshold, "prior": prior_threshold}
     rng = np.random.default_rng(0)
-    chosen: dict[str, list[float]] = {"argmax": [], "prior": []}
+    chosen: dict[str, list[float]] = {rule: [] for rule in rules}
     for _ in range(60):
         index = rng.integers(0, len(scores), len(scores))
-        sample = ([scores[i] for i in index], [firsts[i] for i in index])
-        chosen["argmax"].append(best_threshold(*sample)[0])
-        chosen["prior"].append(prior_threshold(*sample)[0])
+        for rule, choose in rules.items():
+            chosen[rule].append(choose([scores[i] for i in index], [firsts[i] for i in index])[0])
     spread = {rule: float(np.std(values)) for rule, values in chosen.items()}
-    assert spread["prior"] < 0.04 and spread["prior"] < 0.7 * spread["argmax"]
+    assert spread["prior"] < 0.05 and spread["prior"] < 0.7 * spread["argmax"]
+
+    problems = sorted({s["problem_id"] for s in solutions})
+    rng = np.random.default_rng(1)
+    held_out_f1: dict[str, list[float]] = {rule: [] for rule in rules}
+    for _ in range(40):
+        half = set(rng.permutation(problems)[: len(problems) // 2])
+        fit = [i for i, s in enumerate(solutions) if s["problem_id"] in half]
+        check = [i for i, s in enumerate(solutions) if s["problem_id"] not in half]
+        for rule, choose in rules.items():
+            threshold = choose([scores[i] for i in fit], [firsts[i] for i in fit])[0]
+            held_out_f1[rule].append(
+                first_error_metrics([scores[i] for i in check], [firsts[i] for i in check], threshold).f1
+            )
+    assert np.mean(held_out_f1["prior"]) > np.mean(held_out_f1["argmax"])
