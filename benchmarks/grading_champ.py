@@ -26,8 +26,20 @@ script prints, per sample, the precision as drawn and as the grader rules now on
 solutions. ``--draw N`` draws a new sample of N correct verdicts for hand-checking
 (written as JSON lines, verdicts left blank).
 
+The layouts the grader was not tuned on have a table of their own,
+``tests/activelearn/data/champ_layout_verdicts.jsonl``: ``--draw-layouts N --seed S`` draws N
+solutions of each class below from the pool, whatever the grader rules (so the table
+measures recall as well as precision), and the script reports both on it:
+
+* ``remark ending``: the last step is a remark or a closing delimiter ("This is the final
+  answer.", "Note: ...", "These are the ...", a lone ``\\]``);
+* ``yes/no reference``: the reference answer is "Yes" or "No";
+* ``quantified reference``: the reference is a bounded count ("Exactly one", "At least 1
+  number", "At most 0 values (i.e., no such values)").
+
     python benchmarks/grading_champ.py
     python benchmarks/grading_champ.py --old-commit fe6b972 --processes 2
+    python benchmarks/grading_champ.py --no-annotated --no-pool --draw-layouts 20 --seed 38
 """
 
 from __future__ import annotations
@@ -37,6 +49,7 @@ import importlib.util
 import json
 import os
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -52,6 +65,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 TABLE = ROOT / "tests" / "activelearn" / "data" / "champ_correct_verdicts.jsonl"
+LAYOUT_TABLE = ROOT / "tests" / "activelearn" / "data" / "champ_layout_verdicts.jsonl"
 
 
 @dataclass(frozen=True)
@@ -76,7 +90,7 @@ def read_samples() -> tuple[list[Sample], list[Sample]]:
     import champ_dataset
 
     from activelearn.stepgen.splitting import split_steps
-    from labeling.data.demo import CHAMP_VERSION, read_champ, solution_message
+    from labeling.data.demo import CHAMP_VERSION, solution_message
 
     dataset = champ_dataset.load(CHAMP_VERSION)
     annotated: list[Sample] = []
@@ -96,12 +110,18 @@ def read_samples() -> tuple[list[Sample], list[Sample]]:
                     annotation.start_idx is None,
                 )
             )
-    pool = [
+    return annotated, read_pool()
+
+
+def read_pool() -> list[Sample]:
+    """Every distinct solution ``load_demo --all`` loads, in its order."""
+    from labeling.data.demo import read_champ
+
+    return [
         Sample(problem.unique_id.split("/", 1)[1], s.conversation, "\n".join(s.steps), s.summary, problem.answer, None)
         for problem in read_champ(solutions_per_problem=None)
         for s in problem.solutions
     ]
-    return annotated, pool
 
 
 def old_grading(commit: str) -> ModuleType:
@@ -251,11 +271,91 @@ def draw(pool: list[Sample], answers: list[str | None], verdicts: Verdicts, n: i
     print(f"\nDrew {len(chosen)} of {len(candidates)} correct verdicts (seed {seed}) into {out}")
 
 
+_REMARK_STEP = re.compile(
+    r"^(?:(?:this|these|that|those|note|please note|i hope|remember|keep in mind)\b|(?:\\\]|\$\$|\\\))\s*$)"
+    r"|\bremains the same\b",
+    re.IGNORECASE,
+)
+_QUANTIFIED = re.compile(r"^(?:exactly|at least|at most)\b", re.IGNORECASE)
+LAYOUTS = ("remark ending", "yes/no reference", "quantified reference")
+
+
+def layout(sample: Sample) -> str | None:
+    """The layout class a solution falls into (the first that fits), or None."""
+    reference = sample.reference.strip().rstrip(".").lower()
+    if reference in ("yes", "no"):
+        return "yes/no reference"
+    if _QUANTIFIED.match(reference):
+        return "quantified reference"
+    last = sample.text.strip().splitlines()[-1].strip() if sample.text.strip() else ""
+    return "remark ending" if _REMARK_STEP.search(last) else None
+
+
+def layout_draw(pool: list[Sample], n: int, seed: int) -> list[tuple[str, int]]:
+    """(class, pool index) of ``n`` solutions of each layout class, drawn whatever the
+    grader rules: one ``random.Random(seed)`` samples the classes in ``LAYOUTS`` order."""
+    rng = random.Random(seed)
+    drawn: list[tuple[str, int]] = []
+    for name in LAYOUTS:
+        candidates = [i for i, s in enumerate(pool) if layout(s) == name]
+        drawn.extend((name, i) for i in sorted(rng.sample(candidates, min(n, len(candidates)))))
+    return drawn
+
+
+def draw_layouts(pool: list[Sample], n: int, seed: int, out: Path) -> None:
+    drawn = layout_draw(pool, n, seed)
+    with out.open("w") as handle:
+        for name, i in drawn:
+            s = pool[i]
+            row = {
+                "sample": f"{name}, seed {seed}",
+                "problem_id": s.problem_id,
+                "conversation": s.conversation,
+                "reference": s.reference,
+                "verdict": "",
+                "reason": "",
+            }
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    print(f"Drew {len(drawn)} solutions, {n} per layout class (seed {seed}), into {out}")
+
+
+def report_layouts(pool: list[Sample], answers: list[str | None]) -> None:
+    """Precision and recall on the hand-checked layout table, per class and in all."""
+    from activelearn.grading import grade_in_process
+
+    if not LAYOUT_TABLE.exists():
+        print(f"\nNo hand-checked table at {LAYOUT_TABLE.relative_to(ROOT)}")
+        return
+    where = {(s.problem_id, s.conversation): i for i, s in enumerate(pool)}
+    rows = [json.loads(line) for line in LAYOUT_TABLE.read_text().splitlines() if line.strip()]
+    print(f"\nHand-checked layout table ({LAYOUT_TABLE.relative_to(ROOT)})")
+    print("| sample | rows | right by hand | graded correct | precision | recall |")
+    print("|---|---|---|---|---|---|")
+    totals = [0, 0, 0, 0]
+    for sample in [*sorted({r["sample"] for r in rows}), "all"]:
+        part = [r for r in rows if sample in ("all", r["sample"])]
+        right = [r["verdict"] == "correct" for r in part]
+        graded = [
+            grade_in_process(answers[where[(r["problem_id"], r["conversation"])]] or "", r["reference"]).correct
+            for r in part
+        ]
+        both = sum(g and h for g, h in zip(graded, right, strict=True))
+        totals = [len(part), sum(right), sum(graded), both]
+        print(
+            f"| {sample} | {totals[0]} | {totals[1]} | {totals[2]} | {_share(both, totals[2])} "
+            f"| {_share(both, totals[1])} |"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--old-commit", default="fe6b972", help="the baseline grader's commit")
     parser.add_argument("--processes", type=int, default=2, help="grading worker processes")
     parser.add_argument("--no-pool", action="store_true", help="annotated solutions only")
+    parser.add_argument("--no-annotated", action="store_true", help="the pool only")
+    parser.add_argument(
+        "--draw-layouts", type=int, default=0, metavar="N", help="draw N solutions per layout class for hand-checking"
+    )
     parser.add_argument("--draw", type=int, default=0, metavar="N", help="draw N correct verdicts for hand-checking")
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--draw-to", type=Path, default=Path("champ_verdicts_draw.jsonl"))
@@ -267,14 +367,17 @@ def main() -> None:
     annotated, pool = read_samples()
     print(f"Read CHAMP in {time.perf_counter() - load_started:.1f} s; load average {os.getloadavg()[0]:.2f}")
 
-    old = old_grading(args.old_commit)
-    graders: dict[str, Verdicts] = {}
-    graders[f"old ({args.old_commit})"] = grade_old(annotated, old, args.processes)
-    steps_only, steps_only_answers = grade_new(annotated, summary=False, processes=args.processes)
-    graders["exact match"] = grade_exact(annotated, steps_only_answers)
-    graders["steps only"] = steps_only
-    graders["steps + summary"], _ = grade_new(annotated, summary=True, processes=args.processes)
-    report_annotated(annotated, graders)
+    if args.draw_layouts:
+        draw_layouts(pool, args.draw_layouts, args.seed, args.draw_to)
+    if not args.no_annotated:
+        old = old_grading(args.old_commit)
+        graders: dict[str, Verdicts] = {}
+        graders[f"old ({args.old_commit})"] = grade_old(annotated, old, args.processes)
+        steps_only, steps_only_answers = grade_new(annotated, summary=False, processes=args.processes)
+        graders["exact match"] = grade_exact(annotated, steps_only_answers)
+        graders["steps only"] = steps_only
+        graders["steps + summary"], _ = grade_new(annotated, summary=True, processes=args.processes)
+        report_annotated(annotated, graders)
 
     if not args.no_pool:
         pool_graders: dict[str, Verdicts] = {}
@@ -292,6 +395,7 @@ def main() -> None:
         )
         print(f"pool verdicts, steps + summary: {dict(reasons)}")
         report_table(pool, pool_answers)
+        report_layouts(pool, pool_answers)
         if args.draw:
             draw(pool, pool_answers, pool_summary, args.draw, args.seed, args.draw_to)
     print(f"\nload average at the end: {os.getloadavg()[0]:.2f}")

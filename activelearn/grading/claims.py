@@ -14,12 +14,26 @@ rules read them the way a grader reads a conclusion:
 * **infinitely many**: "infinitely many", "infinite number of", not negated.
 * **hedges** ("cannot be determined", "not enough information", "inconclusive") are
   no claim at all: such an answer is graded wrong, whatever the reference.
+* **counts**: "at most two of the numbers can be greater than 1" claims a count (at most
+  2) of what it names, not the value 1; "exactly one", "only one", "at least one of the
+  three numbers", "none of them" (0). A value after a comparison ("greater than 1/15",
+  "divisible by 5") is what the count or the statement is compared with, never the
+  answer itself (``COMPARISON``).
+
+A statement's polarity is read from the statement alone. Where the question decides it,
+it cannot be read: "there are infinitely many composite numbers" answers "Can there be
+finitely many?" with no, and "A is less than 0.1" answers "Is A greater than 0.1?" with
+no, but both read as positive statements here (the grader is given the reference answer,
+not the question), so such an answer is graded as a yes.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from enum import StrEnum
+
+from activelearn.grading.mathtext import NUMBER_WORDS
 
 
 class Polarity(StrEnum):
@@ -76,16 +90,20 @@ _INFINITE = re.compile(
 )
 
 
+_DELIMITED = re.compile(r"\$[^$]*\$|\\\(.*?\\\)|\\\[.*?\\\]", re.DOTALL)
+
+
 def _prose(text: str) -> str:
     """Words only: formulas and LaTeX commands removed, so "x \\neq 0" is not a negation."""
-    text = re.sub(r"\$[^$]*\$|\\\(.*?\\\)|\\\[.*?\\\]", " ", text, flags=re.DOTALL)
-    return _LATEX_COMMAND.sub(" ", text)
+    return _LATEX_COMMAND.sub(" ", _DELIMITED.sub(" ", text))
 
 
 def is_statement(text: str) -> bool:
-    """A sentence in words (it has a verb and some words), as opposed to a bare formula."""
+    """A sentence in words (it has a verb and some words), as opposed to a bare formula.
+    A delimited formula counts as a word: "$a^3+b^3+c^3$ is divisible by 6" is a statement."""
     prose = _prose(text)
-    return bool(_VERB.search(prose)) and len(_WORD.findall(prose)) >= 2
+    words = len(_WORD.findall(prose)) + len(_DELIMITED.findall(text))
+    return bool(_VERB.search(prose)) and words >= 2
 
 
 _MATH_NAMES = re.compile(r"\b(?:sqrt|floor|ceil|sum|mod|log|sin|cos|tan|exp|binom|frac|cdot|and|choose)\b")
@@ -134,3 +152,104 @@ def says_all(text: str) -> bool:
 
 def says_infinitely_many(text: str) -> bool:
     return not hedges(text) and polarity(text) is not Polarity.NO and bool(_INFINITE.search(text))
+
+
+# ------------------------------------------------------------------------ comparisons
+
+# What follows such a phrase is what something is compared with, not an answer:
+# "A is greater than 1/15", "must be divisible by 5", "can be at most 2".
+COMPARISON = re.compile(
+    r"(?:(?:strictly|always|still|also|even|much|not)\s+)?(?:greater|less|larger|smaller|bigger|more|fewer|higher|"
+    r"lower)\s+than(?:\s+or\s+equal\s+to)?\b|(?:evenly\s+)?(?:divisible|divided)\s+by\b|"
+    r"(?:an?\s+)?(?:multiple|factor|divisor)s?\s+of\b|at\s+(?:least|most)\b|bounded\s+by\b|exceeds?\b",
+    re.IGNORECASE,
+)
+
+
+# -------------------------------------------------------------------------------- counts
+
+
+class Bound(StrEnum):
+    EXACTLY = "exactly"
+    AT_LEAST = "at least"
+    AT_MOST = "at most"
+
+
+@dataclass(frozen=True)
+class Count:
+    """A claimed count: "at most two (of the numbers)" is Count(AT_MOST, "2"); a bare
+    "two of them" is Count(None, "2")."""
+
+    bound: Bound | None
+    number: str
+
+
+BOUND_WORDS = {
+    "exactly": Bound.EXACTLY,
+    "precisely": Bound.EXACTLY,
+    "only": Bound.EXACTLY,
+    "just": Bound.EXACTLY,
+    "at least": Bound.AT_LEAST,
+    "no fewer than": Bound.AT_LEAST,
+    "no less than": Bound.AT_LEAST,
+    "not fewer than": Bound.AT_LEAST,
+    "not less than": Bound.AT_LEAST,
+    "a minimum of": Bound.AT_LEAST,
+    "at most": Bound.AT_MOST,
+    "no more than": Bound.AT_MOST,
+    "not more than": Bound.AT_MOST,
+    "up to": Bound.AT_MOST,
+    "a maximum of": Bound.AT_MOST,
+}
+_BOUND = "|".join(sorted((re.escape(word) for word in BOUND_WORDS), key=len, reverse=True))
+_NUMBER = r"\d+|" + "|".join(NUMBER_WORDS)
+# "at most two", "at least 1": a bounded count (not "at least 2^n - 1", a bounded value).
+BOUNDED_COUNT = re.compile(rf"(?P<bound>{_BOUND})\s+(?P<bounded>{_NUMBER})\b(?!\s*[-+*/^=.]\s*\w)", re.IGNORECASE)
+# A count is a bounded number, one that counts something after it ("two of the
+# numbers", "one such sequence") or one stated at the end of a clause ("... is one,");
+# not a number compared with ("greater than 1"), raised to ("z^2") or assigned
+# ("n = 2 ways").
+_COUNT = re.compile(
+    rf"(?<![\w^=_/.-])(?:{BOUNDED_COUNT.pattern}"
+    rf"|(?P<number>{_NUMBER})\s+(?=of\b|(?!than\b|by\b|or\b|and\b|to\b|mod\b)[a-z]{{2,}}\b)"
+    rf"|(?<=is |be )(?P<stated>{_NUMBER})(?=\s*(?:[,.;]|$)))",
+    re.IGNORECASE,
+)
+_NONE_OF = re.compile(r"\bnone\b|\bno (?!(?:more|less|fewer|two|other)\b)(?=[a-z]{2,})", re.IGNORECASE)
+# Not a count: a number compared with ("greater than 1"), the given ones ("of the three
+# numbers"), a range ("from 1 to 5"), an equation's side.
+_NOT_COUNTED = re.compile(
+    r"(?:\bthan|\bby|\bto|\bof|\bthe|\bthis|\bthat|\beach|\bevery|\ban?|=|\bequals?|\bfrom|\band|\bor)\s*$",
+    re.IGNORECASE,
+)
+
+
+def _count_of(match: re.Match[str]) -> Count:
+    word = (match.group("bounded") or match.group("number") or match.group("stated")).lower()
+    bound = BOUND_WORDS[match.group("bound").lower()] if match.group("bound") else None
+    return Count(bound, str(NUMBER_WORDS.get(word, word)))
+
+
+def bounded_count(text: str) -> Count | None:
+    """The bounded count ``text`` starts with ("at most two ..."), or None."""
+    match = BOUNDED_COUNT.match(text)
+    return _count_of(match) if match and match.group("bound") else None
+
+
+def count(text: str) -> Count | None:
+    """The count a statement claims, or None if it claims none.
+
+    The first count in the text is the claim ("exactly one of them is greater than 1":
+    one); "none of them" and "no number" claim 0. A text without a count, or one whose
+    number is compared with something ("A is greater than 1/15"), claims none.
+    """
+    prose = re.sub(r"\$\s*(\d+)\s*\$|\\\(\s*(\d+)\s*\\\)", lambda m: m.group(1) or m.group(2), text)
+    prose = _prose(prose)
+    none = _NONE_OF.search(prose) if polarity(text) is Polarity.NO else None
+    for match in _COUNT.finditer(prose):
+        if none is not None and none.start() < match.start():
+            break
+        if _NOT_COUNTED.search(prose[: match.start()]):
+            continue
+        return _count_of(match)
+    return Count(None, "0") if none is not None else None

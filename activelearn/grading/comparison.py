@@ -12,6 +12,11 @@
      after string normalisation or, failing that, by ``math_verify`` (symbolic).
      An answer in words matches a value when it holds exactly one formula and that
      formula matches.
+   * **count** ("Exactly one", "At least 1 number", "98 values"): an answer in words that
+     claims a count (``claims.count``) must claim the same number with a bound that fits:
+     the same bound, or none, or "exactly" for a reference bounded above or below ("at
+     most two" is not "exactly one"; "exactly one" answers "at least 1"). Otherwise, as
+     a value.
    * **yes / no / none / all / infinitely many**: the answer claims the same
      (``claims``); a hedge claims nothing.
    * **text**: the answer has the reference's polarity, every content word of it
@@ -409,13 +414,38 @@ def _value_of(answer: str) -> str | None:
     if claims.polarity(answer) is claims.Polarity.NO or claims.hedges(answer):
         return None
     # The formulas of a condition ("... for any integer n") are not the answer.
-    formulas = _formulas(_CONDITION.sub("", answer))
-    return answer_of_formula(formulas[0]) if len(formulas) == 1 else None
+    unconditional = _CONDITION.sub("", answer)
+    formulas = _formulas(unconditional)
+    if len(formulas) != 1 or _COMPARED.search(protect(plain_unicode(unconditional)).text):
+        return None  # "A is greater than 1/15" does not answer 1/15
+    return answer_of_formula(formulas[0])
+
+
+# A formula right after a comparison: what is compared with, not the answer.
+_COMPARED = re.compile(rf"(?:{claims.COMPARISON.pattern})\s*(?:\x00\d+\x00|[-(]?\d)", re.IGNORECASE)
+
+
+def _fits(given: claims.Bound | None, wanted: claims.Bound) -> bool:
+    """A claimed bound answers a count: an unbounded or exact count answers any bound
+    of the same number ("exactly one" answers "at least 1"); a bound answers only the
+    same bound ("at most two" does not answer "exactly one")."""
+    return given is None or given is wanted or given is claims.Bound.EXACTLY
+
+
+def _claimed_count(answer: str, form: Form) -> claims.Count | None:
+    """The count an answer in words claims, when the reference is a count; else None."""
+    if form.bound is None or not claims.has_prose(answer):
+        return None
+    return claims.count(answer)
 
 
 def _matches(form: Form, answer: str) -> str | None:
     kind = form.kind
     if kind is Kind.VALUE:
+        stated = _claimed_count(answer, form)
+        if stated is not None and form.bound is not None:
+            same = _fits(stated.bound, form.bound) and _same_value(stated.number, form.text) is not None
+            return SAME_MEANING if same else None
         value = _value_of(answer)
         if value is None:
             return None

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import re
 
+from activelearn.grading import claims
 from activelearn.grading.mathtext import (
     NUMBER_WORDS,
     PLACEHOLDER,
@@ -165,11 +166,13 @@ def _statements(protected: Protected) -> list[str]:
     return [sentence for line in merged for sentence in _sentences(line)]
 
 
-# Closing remarks that state nothing themselves ("This is the final answer.", "Note: ...").
+# Closing remarks that state nothing themselves ("This is the final answer.", "Note: ...",
+# "These are the three-digit automorphic numbers where ...", "This formula can be used to
+# ..."): they point back at the answer a step before them states.
 _FILLER = re.compile(
     r"^(?:"
     r"(?:this|that|it|which) is (?:the|our) (?:final |complete )?(?:answer|result|solution)\b(?!\s*(?:is|:))"
-    r"|(?:this|these|that|those|it) (?:is|are) (?:the|all the|our) (?:only |desired |required |final )?"
+    r"|it (?:is|are) (?:the|all the|our) (?:only |desired |required |final )?"
     r"(?:expression|formula|closed[- ]form|number|only|answer|result|values?|solutions?|polynomials?|functions?|"
     r"possible|desired|required|way|ways|constant)\b"
     r"|(?:please )?note\b|i hope\b|hope this helps|let me know|feel free\b|keep in mind\b|remember\b"
@@ -179,7 +182,25 @@ _FILLER = re.compile(
     r")",
     re.IGNORECASE,
 )
+# A pointer back at what came before: "These are the three-digit automorphic numbers
+# where ...", "This formula can be used to ...". Unlike the remarks above it may go on to
+# conclude ("This is the only case, so no such polyhedron exists").
+_POINTER = re.compile(
+    r"^(?:(?:this|these|that|those) (?:is|are) (?:the|all the|our)\b"
+    r"|(?:this|these|that|those|the above) (?:[\w-]+ ){0,3}?(?:expression|formula|equation|result|answer|values?|"
+    r"identity|numbers?|sums?|recurrence|relation|method|approach|solutions?|reasoning|argument|pattern)s? "
+    r"(?:represents?|gives?|accounts?|can|could|will|would|should|may|might|holds?|applies|works?|counts?|"
+    r"describes?|provides?|(?:is|are) (?:valid|correct|true|the|our|an?|all)\b))",
+    re.IGNORECASE,
+)
 _FORMULA_IN_HEAD = re.compile(r"\d|\x00|=")
+# "..., so the formula remains the same": a remark about the answer already stated.
+_UNCHANGED = re.compile(
+    r"^(?:the|this|that|our|its) (?:final |original |above |same )?(?:formula|answer|result|expression|value|sum|"
+    r"count|conclusion|solution|equation|identity)s? (?:(?:remains?|stays?|is|are) (?:the same|unchanged|valid|"
+    r"correct|true)|still holds?|(?:does not|doesn't) change|is (?:not affected|unaffected))\W*$",
+    re.IGNORECASE,
+)
 _CONCLUSION = re.compile(
     r"^(?:and\s+|now\s+|but\s+)?(?:therefore|thus|hence|so|consequently|in conclusion|to conclude|in summary|"
     r"however|nevertheless|but|actually|"
@@ -198,22 +219,48 @@ _MID_CONCLUSION = re.compile(
 _CONCLUSION_WINDOW = 3
 
 
+# What is left of a display cut off or closed on a line of its own: "$$", "\\]".
+_DELIMITERS_ONLY = re.compile(r"^(?:\$\$?|\\[\[\]()]|\\(?:begin|end)\{\w+\*?\}|\s)*$")
+
+
 def _is_filler(statement: str) -> bool:
-    if not _FILLER.match(statement):
-        return False
+    if _DELIMITERS_ONLY.match(statement):
+        return True
     head = " ".join(statement.split()[:8])
-    return not _FORMULA_IN_HEAD.search(head) or not statement.strip()
+    if not _FORMULA_IN_HEAD.search(head):
+        if _FILLER.match(statement):
+            return True
+        if _POINTER.match(statement):
+            middles = list(_MID_CONCLUSION.finditer(statement))
+            return not middles or _is_filler(statement[middles[-1].end() :])
+    return bool(_UNCHANGED.match(_main_clause(statement)))
+
+
+def _display(statement: str) -> str | None:
+    """The formula a statement ends in after a colon ("... is the zero polynomial: f(x) = 0"), or None."""
+    if ":" not in statement:
+        return None
+    tail = statement.rsplit(":", 1)[1].strip()
+    run = math_run(tail.split(), 0) if tail else None
+    return tail if run is not None and run.reaches_end else None
 
 
 def _concluding_statement(protected: Protected) -> tuple[str, bool] | None:
     """The sentence that concludes the text, and whether it is marked as a conclusion."""
     statements = _statements(protected)
+    remarks = 0
     while statements and _is_filler(statements[-1]):
         statements.pop()
+        remarks += 1
     if not statements:
         return None
     if len(statements) == 1:
         return statements[0], True  # a bare answer or a one-sentence summary
+    display = _display(statements[-1]) if remarks else None
+    if display is not None:
+        # "... is the zero polynomial:\nf(x) = 0\nThis is the polynomial that ...": the
+        # closing remark points at the formula displayed just before it.
+        return display, True
     window = statements[-_CONCLUSION_WINDOW:]
     for statement in reversed(window):
         if _CONCLUSION.match(statement) or _MID_CONCLUSION.search(statement):
@@ -244,12 +291,16 @@ _CLAUSE_START = re.compile(
     r",\s*(?=(?:it|we|the|there|this|these|that|a|an|so|then|therefore|thus|hence|our|all|no|each|every|x|n|"
     r"[A-Z]|\x00)\b)"
 )
-# Reasons and side remarks after the answer: "is 2, and it occurs when x = 0", "because ...".
+# Reasons and side remarks after the answer: "is 2, and it occurs when x = 0", "because ...";
+# not a denial of what precedes it ("all the labels are equal, which is not possible").
+_DENIED = r"(?!\s+(?:not possible|impossible|not true|false|absurd)\b)"
 _JUSTIFICATION = re.compile(
-    r"(?:,\s*|\s+)(?:because|since|as (?:can be|we|it|shown|required|desired|expected)|which (?:is|means|occurs|"
-    r"happens|gives|can|was|we|implies)|where\b|when\b|achieved\b|attained\b|occurring\b|and (?:this|it|"
-    r"that) (?:occurs|happens|is (?:achieved|attained|obtained))|(?:and |, )?(?:this|which) (?:is|value|minimum|"
-    r"maximum))"
+    r"(?:,\s*|\s+)(?:because|since|as (?:can be|we|it|shown|required|desired|expected)|which (?:is"
+    + _DENIED
+    + r"|means|occurs|happens|gives|can|was|we|implies)|where\b|when\b|achieved\b|attained\b|occurring\b|"
+    r"and (?:this|it|that) (?:occurs|happens|is (?:achieved|attained|obtained))|(?:and |, )?(?:this|which) (?:is"
+    + _DENIED
+    + r"|value|minimum|maximum))"
     r"|,\s*(?:by (?:the|using|applying)\b|due to\b|given that\b|so that\b|obtained\b|for (?:example|instance)\b|"
     r"meaning\b|i\.e\.|that is\b)",
     re.IGNORECASE,
@@ -353,6 +404,15 @@ def _value_after(tokens: list[str], start: int, *, must_reach_end: bool) -> str 
             index += 1
             continue
         break
+    rest = " ".join(tokens[index:])
+    if claims.COMPARISON.match(rest):
+        # "is greater than 1/15", "must be divisible by 5": a comparison, not a value; a
+        # bounded count that ends the statement is one ("is at most two" -> "at most 2").
+        bounded = claims.BOUNDED_COUNT.match(rest)
+        if bounded and UNIT_TAIL.match(rest[bounded.end() :].strip()):
+            count = claims.bounded_count(rest)
+            return f"{count.bound} {count.number}" if count and count.bound else None
+        return None
     word = tokens[index].lower().rstrip(".,;:") if index < len(tokens) else ""
     if word in NUMBER_WORDS:
         rest = " ".join(tokens[index + 1 :])
@@ -374,6 +434,10 @@ def _value_after(tokens: list[str], start: int, *, must_reach_end: bool) -> str 
     return run.text
 
 
+# An equation named as an object is not one the statement asserts.
+_NAMED_FORMULA = re.compile(r"\b(?:equations?|identity|condition|inequality|recurrence|relation)\s*$", re.IGNORECASE)
+
+
 def _formula_of(clause: str, protected: Protected) -> str | None:
     """The formula a clause states as its answer, or None for a statement in words."""
     if _DENIAL.search(clause):
@@ -393,6 +457,8 @@ def _formula_of(clause: str, protected: Protected) -> str | None:
         equation = bool(_top_level_equals(protected.restore(run.text, delimiters=False)))
         qualified = equation and bool(QUALIFIER.match(" ".join(tokens[run.end_token :])))
         if run.reaches_end or qualified:
+            if equation and _NAMED_FORMULA.search(" ".join(tokens[:start])):
+                break  # "... must be divisible by 5 in any solution to the equation x^2 + y^2 = z^2"
             if equation or start == 0:
                 return _from_first_equation(run.text, protected) if equation else run.text
             break

@@ -14,7 +14,8 @@ into alternatives, any one of which an answer may match:
   "The sequence does not exist"): none;
 * "all values" / "all numbers" / "all of them": all; "Infinitely many ...": infinitely many;
 * a count with its unit ("98 values", "2 inequalities", "0 roots", "n times",
-  "At least 1 number", "Exactly one"): the number;
+  "At least 1 number", "Exactly one"): the number and its bound (exactly, at least,
+  at most): a count in words must have the same number and a bound that fits;
 * a formula, a list or a set of solutions ("376 and 625", "x=±1", "(x=8, y=2), (x=2, y=8)"):
   a value (compared as sets of solutions in ``comparison``);
 * anything else in words ("Monotonically increasing", "x(n)<y(n-1) for all n≥3"): text,
@@ -47,6 +48,9 @@ class Form:
     # VALUE: the formula (plain text or LaTeX); TEXT: the words; YES: a detail the
     # answer must also give ("Yes, and the sequence is 1/8, 1/64, ..."); else "".
     text: str = ""
+    # VALUE that is a count ("Exactly one", "At least 1 number", "98 values"): its bound
+    # (a plain count is exact); None for any other value.
+    bound: claims.Bound | None = None
 
 
 _ALTERNATIVE = re.compile(
@@ -64,7 +68,7 @@ _YES_DETAIL = re.compile(
     r"^yes\W+(?:and\s+)?(?:the \w+ (?:is|are)\s+)?(?P<detail>.+?)[\s,.]*(?:\.\.\.)?$", re.IGNORECASE
 )
 _COUNT = re.compile(
-    r"^(?:(?:at least|at most|exactly|only)\s+)?(?P<count>\d+|[a-z]|"
+    r"^(?:(?P<bound>at least|at most|exactly|only)\s+)?(?P<count>\d+|[a-z]|"
     + "|".join(NUMBER_WORDS)
     + r")(?:\s+(?P<unit>[a-zA-Z][a-zA-Z\s-]*))?$",
     re.IGNORECASE,
@@ -124,12 +128,12 @@ def _form(text: str) -> list[Form]:
         forms = [Form(Kind.NONE)]
         count = _COUNT.match(text)
         if count:  # "At most 0 integer-valued zeros"
-            forms.append(Form(Kind.VALUE, _number(count.group("count"))))
+            forms.append(Form(Kind.VALUE, _number(count.group("count")), _bound(count)))
         return forms
     count = _COUNT.match(text)
     if count and not _EXCEPT.search(text):
         number = _number(count.group("count"))
-        forms = [Form(Kind.VALUE, number)]
+        forms = [Form(Kind.VALUE, number, _bound(count))]
         if number == "0" and count.group("unit"):  # "0 pairs": there are none
             forms.append(Form(Kind.NONE))
         return forms
@@ -140,6 +144,14 @@ def _form(text: str) -> list[Form]:
 
 def _strip_math_words(text: str) -> str:
     return re.sub(r"\b(?:sum|prod)_\S*", " ", text)
+
+
+def _bound(count: re.Match[str]) -> claims.Bound | None:
+    """A count in words is exact unless bounded; a bare number ("239") is a plain value."""
+    bound = count.group("bound")
+    if bound:
+        return claims.BOUND_WORDS[bound.lower()]
+    return claims.Bound.EXACTLY if count.group("unit") or count.group("count").lower() in NUMBER_WORDS else None
 
 
 def _number(word: str) -> str:
