@@ -282,57 +282,95 @@ def _cell(values: list[float | None]) -> str:
 ARM_ORDER = ("PRM", "ORM, equal solutions", "ORM, whole pool", "PRM + outcome (chosen on validation)")
 
 
+# The PRM's solution score for best-of-N: the aggregation with the best best-of-4 on the
+# validation split's pool (more validation problems fill 4 than 16), ties to the earlier
+# name. Chosen on validation only; an ORM's score is its final step's.
+AGGREGATIONS = ("min", "product", "mean", "last")
+CHOOSE_AT = "4"
+
+
+def picked_aggregation(arm: str, entry: dict[str, Any]) -> str:
+    if "ORM" in arm:
+        return "last"
+    row = ((entry.get("validation") or {}).get("best_of_n") or {}).get(CHOOSE_AT) or {}
+    values = {name: row.get(f"prm_{name}") for name in AGGREGATIONS if row.get(f"prm_{name}") is not None}
+    if not values:
+        return str((entry.get("test") or {}).get("aggregation") or "min")
+    return max(values, key=lambda name: (float(values[name]), -AGGREGATIONS.index(name)))
+
+
+def _pick(arm: str, entry: dict[str, Any], n: str) -> tuple[float | None, Any, Any, str]:
+    """Test best-of-n of the arm's validation-chosen aggregation, its interval and its gap's interval."""
+    name = picked_aggregation(arm, entry)
+    row = (((entry.get("test") or {}).get("best_of_n") or {}).get(n)) or {}
+    value = row.get(f"prm_{name}")
+    return (
+        None if value is None else float(value),
+        row.get(f"prm_{name}_ci"),
+        row.get(f"prm_{name}_minus_majority_ci"),
+        name,
+    )
+
+
 def report(results: dict[str, Any], args: argparse.Namespace, seconds: float) -> list[str]:
     seeds = sorted(results, key=int)
     n = str(max(args.n))
-    test = {arm: [results[s]["arms"][arm].get("test") for s in seeds] for arm in ARM_ORDER}
+    entries = {arm: [results[s]["arms"][arm] for s in seeds] for arm in ARM_ORDER}
     lines = [
         f"Split seeds {', '.join(seeds)} (train / validation / test = {1 - args.validation - args.test:.1f} / "
         f"{args.validation:.1f} / {args.test:.1f} of the problems); test split; mean over seeds "
         f"[95% t-interval over seeds]. Best-of-{n}: the expected accuracy over subsets of the test problems' "
-        f"pool (`evaluate_prm`), answers grouped by the grader's equivalence for the votes.",
+        f"pool (`evaluate_prm`), answers grouped by the grader's equivalence for the votes. The pick is the "
+        f"highest solution score under the aggregation with the best validation best-of-{CHOOSE_AT} "
+        f"(an ORM: its final-step score); the weighted vote sums the checkpoint's own solution scores per answer.",
         "",
-        f"| arm | step AUROC (chance 0.5) | first-error F1 | F1 random at prior | best-of-{n}: arm's pick "
-        f"| weighted vote | majority vote | pick - majority |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for arm in ARM_ORDER:
-        rows = test[arm]
-        pick = [_get(r, "best_of_n", n, "prm") for r in rows]
-        majority = [_get(r, "best_of_n", n, "majority") for r in rows]
-        diff = [None if a is None or b is None else a - b for a, b in zip(pick, majority, strict=True)]
-        lines.append(
-            f"| {arm} | {_cell([_get(r, 'step_auroc') for r in rows])} | "
-            f"{_cell([_get(r, 'first_error', 'f1') for r in rows])} | "
-            f"{_cell([_get(r, 'first_error_baselines', 'random_at_prior', 'f1') for r in rows])} | "
-            f"{_cell(pick)} | {_cell([_get(r, 'best_of_n', n, 'weighted') for r in rows])} | {_cell(majority)} | "
-            f"{_cell(diff)} |"
-        )
-    random_pick = [_get(r, "best_of_n", n, "random") for r in test["PRM"]]
-    oracle = [_get(r, "best_of_n", n, "oracle") for r in test["PRM"]]
-    lines += [
-        "",
-        f"Best-of-{n} baselines on the same subsets: random pick {_cell(random_pick)}, oracle {_cell(oracle)}.",
-    ]
-    lines += ["", "Per seed (test split; best-of-N cells with their problem-bootstrap 95% interval):", ""]
-    lines += [
-        f"| seed | arm | labeled / outcome solutions | step AUROC | first-error F1 [95%] | best-of-{n} pick [95%] "
-        f"| weighted | majority | pick - majority [95%] |",
+        f"| arm | step AUROC (chance 0.5) | first-error F1 | F1 random at prior | best-of-{n}: pick "
+        f"| weighted vote | majority vote | pick - majority | weighted - majority |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for seed in seeds:
+    for arm in ARM_ORDER:
+        tests = [entry.get("test") for entry in entries[arm]]
+        pick = [_pick(arm, entry, n)[0] for entry in entries[arm]]
+        weighted = [_get(r, "best_of_n", n, "weighted") for r in tests]
+        majority = [_get(r, "best_of_n", n, "majority") for r in tests]
+        lines.append(
+            f"| {arm} | {_cell([_get(r, 'step_auroc') for r in tests])} | "
+            f"{_cell([_get(r, 'first_error', 'f1') for r in tests])} | "
+            f"{_cell([_get(r, 'first_error_baselines', 'random_at_prior', 'f1') for r in tests])} | "
+            f"{_cell(pick)} | {_cell(weighted)} | {_cell(majority)} | {_cell(_minus(pick, majority))} | "
+            f"{_cell(_minus(weighted, majority))} |"
+        )
+    prm_tests = [entry.get("test") for entry in entries["PRM"]]
+    lines += [
+        "",
+        f"Best-of-{n} baselines on the same subsets: random pick "
+        f"{_cell([_get(r, 'best_of_n', n, 'random') for r in prm_tests])}, oracle (some candidate right) "
+        f"{_cell([_get(r, 'best_of_n', n, 'oracle') for r in prm_tests])}.",
+        "",
+        *goals(entries, prm_tests, n),
+        "",
+        "Per seed (test split; in brackets the problem-bootstrap 95% interval of the cell):",
+        "",
+        f"| seed | arm | labeled / outcome solutions | step AUROC | first-error F1 | best-of-{n} pick (aggregation) "
+        f"| weighted | majority | pick - majority | weighted - majority |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for index, seed in enumerate(seeds):
         for arm in ARM_ORDER:
-            entry = results[seed]["arms"][arm]
+            entry = entries[arm][index]
             r = entry.get("test") or {}
             row = (r.get("best_of_n") or {}).get(n) or {}
             metrics = entry.get("metrics") or {}
+            value, value_ci, gap_ci, name = _pick(arm, entry, n)
+            label = arm + (f" ({entry['chosen'].split('(', 1)[1].rstrip(')')})" if "chosen" in entry else "")
             lines.append(
-                f"| {seed} | {arm}{' = ' + entry['chosen'] if 'chosen' in entry else ''} | "
-                f"{metrics.get('train_solutions', '—')} / {metrics.get('train_outcome_solutions', 0)} | "
-                f"{_fmt(_get(r, 'step_auroc'))} | {_fmt(_get(r, 'first_error', 'f1'))} "
-                f"{_interval(r.get('first_error'), 'f1_ci')} | {_fmt(row.get('prm'))} {_interval(row, 'prm_ci')} | "
-                f"{_fmt(row.get('weighted'))} | {_fmt(row.get('majority'))} | "
-                f"{_fmt(_diff(row))} {_interval(row, 'prm_minus_majority_ci')} |"
+                f"| {seed} | {label} | {metrics.get('train_solutions', 0)} / "
+                f"{metrics.get('train_outcome_solutions', 0)} | {_fmt(_get(r, 'step_auroc'))} | "
+                f"{_fmt(_get(r, 'first_error', 'f1'))} {_interval(r.get('first_error'), 'f1_ci')} | "
+                f"{_fmt(value)} {_interval({'v': value_ci}, 'v')} ({name}) | {_fmt(row.get('weighted'))} | "
+                f"{_fmt(row.get('majority'))} | {_fmt(_minus([value], [row.get('majority')])[0])} "
+                f"{_interval({'v': gap_ci}, 'v')} | {_fmt(row.get('weighted_minus_majority'))} "
+                f"{_interval(row, 'weighted_minus_majority_ci')} |"
             )
     lines += curve_table(results, seeds, n)
     total = sum(float(results[s].get("seconds", 0.0)) for s in seeds)
@@ -340,9 +378,42 @@ def report(results: dict[str, Any], args: argparse.Namespace, seconds: float) ->
     return lines
 
 
-def _diff(row: dict[str, Any]) -> float | None:
-    pick, majority = row.get("prm"), row.get("majority")
-    return None if pick is None or majority is None else float(pick) - float(majority)
+def _minus(left: list[float | None], right: list[Any]) -> list[float | None]:
+    return [None if a is None or b is None else float(a) - float(b) for a, b in zip(left, right, strict=True)]
+
+
+def goals(entries: dict[str, list[dict[str, Any]]], prm_tests: list[Any], n: str) -> list[str]:
+    """Each goal of the study, per seed, against its number."""
+    pick = [_pick("PRM", entry, n)[0] for entry in entries["PRM"]]
+    weighted = [_get(r, "best_of_n", n, "weighted") for r in prm_tests]
+    majority = [_get(r, "best_of_n", n, "majority") for r in prm_tests]
+    best = [max(v for v in (a, b) if v is not None) if a is not None or b is not None else None
+            for a, b in zip(pick, weighted, strict=True)]  # fmt: skip
+    f1 = [_get(r, "first_error", "f1") for r in prm_tests]
+    prior = [_get(r, "first_error_baselines", "random_at_prior", "f1") for r in prm_tests]
+    orm = [_pick("ORM, equal solutions", entry, n)[0] for entry in entries["ORM, equal solutions"]]
+
+    def seeds_line(values: list[float | None]) -> str:
+        return " / ".join(_fmt(v) for v in values)
+
+    def met(flag: bool) -> str:
+        return "**met**" if flag else "**not met**"
+
+    beats = all(b is not None and m is not None and b >= m for b, m in zip(best, majority, strict=True))
+    aurocs = [_get(r, "step_auroc") for r in prm_tests]
+    f1_ok = all(f is not None and f >= 0.30 for f in f1)
+    above_prior = all(f is not None and p is not None and f > p for f, p in zip(f1, prior, strict=True))
+    return [
+        "Against the goals (PRM, per seed):",
+        "",
+        f"- best-of-{n}, the better of its pick and its weighted vote, against majority: {seeds_line(best)} against "
+        f"{seeds_line(majority)}: {met(beats)} on every seed.",
+        f"- step AUROC ≥ 0.80: {seeds_line(aurocs)}: {met(all(a is not None and a >= 0.80 for a in aurocs))}.",
+        f"- first-error F1 ≥ 0.30 on every seed: {seeds_line(f1)}: {met(f1_ok)}; above random at the prior "
+        f"({seeds_line(prior)}): {met(above_prior)}.",
+        f"- PRM against ORM at equal labeled solutions, best-of-{n} pick: {seeds_line(pick)} against "
+        f"{seeds_line(orm)}; difference {_cell(_minus(pick, orm))} (mean over seeds [95% t-interval]).",
+    ]
 
 
 def _interval(holder: dict[str, Any] | None, key: str) -> str:

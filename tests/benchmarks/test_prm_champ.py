@@ -81,3 +81,39 @@ problems = {
 records, _ = champ_records(problems)
 Path(sys.argv[1]).write_text("".join(json.dumps(r) + "\\n" for r in records))
 """
+
+
+def _evaluation(bo4: dict[str, float], bo16: dict[str, float]) -> dict:
+    return {"best_of_n": {"4": bo4, "16": bo16}, "aggregation": "min"}
+
+
+def test_the_seeds_study_picks_the_aggregation_on_validation_and_never_looks_at_test():
+    from benchmarks.prm_champ_seeds import _pick
+
+    entry = {
+        "validation": _evaluation({"prm_min": 0.40, "prm_last": 0.55, "prm_mean": 0.50}, {}),
+        # On test "min" would win: the pick must not follow it.
+        "test": _evaluation({}, {"prm_min": 0.70, "prm_last": 0.45, "prm_last_ci": [0.3, 0.6], "majority": 0.5}),
+    }
+    value, interval, _, name = _pick("PRM", entry, "16")
+    assert (name, value, interval) == ("last", 0.45, [0.3, 0.6])
+    assert _pick("ORM, equal solutions", {**entry, "test": _evaluation({}, {"prm_last": 0.3})}, "16")[3] == "last"
+
+
+def test_the_seeds_study_says_a_goal_is_not_met_when_one_seed_misses_it():
+    from benchmarks.prm_champ_seeds import goals
+
+    def arm(pick: float, f1: float) -> dict:
+        test = {
+            "best_of_n": {"16": {"prm_min": pick, "weighted": pick - 0.1, "majority": 0.5}},
+            "step_auroc": 0.7,
+            "first_error": {"f1": f1},
+            "first_error_baselines": {"random_at_prior": {"f1": 0.1}},
+        }
+        return {"validation": {"best_of_n": {"4": {"prm_min": 0.5}}}, "test": test}
+
+    entries = {"PRM": [arm(0.6, 0.35), arm(0.45, 0.31)], "ORM, equal solutions": [arm(0.4, 0.2), arm(0.4, 0.2)]}
+    lines = "\n".join(goals(entries, [e["test"] for e in entries["PRM"]], "16"))
+    assert "0.600 / 0.450 against 0.500 / 0.500: **not met** on every seed" in lines
+    assert "0.350 / 0.310: **met**" in lines
+    assert "step AUROC ≥ 0.80: 0.700 / 0.700: **not met**" in lines
