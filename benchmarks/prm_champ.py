@@ -553,7 +553,7 @@ def _learning_curve(args: argparse.Namespace, shares: list[float]) -> list[str]:
 
     from activelearn.prm.batching import encode_examples
     from activelearn.prm.data import build_examples, trajectory_with_first_error
-    from activelearn.prm.evaluation import auroc, best_threshold, first_error_metrics
+    from activelearn.prm.evaluation import auroc, first_error_metrics, prior_threshold
     from activelearn.prm.head_training import fit_head, separator_features
     from activelearn.prm.modeling import ProcessRewardModel
     from activelearn.prm.training import TrainConfig, freeze_lower_layers
@@ -618,7 +618,7 @@ def _learning_curve(args: argparse.Namespace, shares: list[float]) -> list[str]:
             values = scores(split)
             fine = (features[split].classes != 0).tolist()
             row[split] = auroc(values, fine)
-        threshold, _ = best_threshold(per_solution("validation", scores("validation")), firsts["validation"])
+        threshold, _ = prior_threshold(per_solution("validation", scores("validation")), firsts["validation"])
         test_f1 = first_error_metrics(per_solution("test", scores("test")), firsts["test"], threshold).f1
         lines.append(
             f"| {len(chosen)} | {sum(s.problem_id in chosen for s in parts['train'])} | {len(subset.classes)} | "
