@@ -67,13 +67,38 @@ class PretrainConfig:
     domain: DomainConfig = field(default_factory=DomainConfig)
 
     def fingerprint(self) -> str:
-        payload = json.dumps({"format": FORMAT_VERSION, **asdict(self)}, sort_keys=True)
+        fields = asdict(self)
+        if self.domain.systematic_share == 0:
+            # Misconception rates mean nothing without misconceptions: a random-error
+            # corpus keeps the fingerprint it had before they existed, and its cache.
+            for name in SYSTEMATIC_FIELDS:
+                fields["domain"].pop(name)
+        payload = json.dumps({"format": FORMAT_VERSION, **fields}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
+
+SYSTEMATIC_FIELDS = ("systematic_share", "misconception_home_rate", "misconception_rate")
+# The systematic-error domain (misconceptions only): the generator whose samples both the
+# backbone's pretraining corpus and the campaign's pools come from.
+SYSTEMATIC_DOMAIN = DomainConfig(systematic_share=1.0)
 
 # Named sizes for the ``sim:<name>`` backbone spec.
 SIM_BACKBONES: dict[str, PretrainConfig] = {
     "digits": PretrainConfig(),
+    # Pretrained on the systematic generator's own samples, misconceptions included at
+    # the rates it holds them: its surprise does not tell a misconception from the rule.
+    # Smaller than "digits" (64 wide, 2 layers, 800 steps: 0.4 s a step on one busy
+    # core) so that a sweep can pretrain one per generator.
+    "systematic": PretrainConfig(
+        hidden_size=64,
+        num_layers=2,
+        num_heads=2,
+        intermediate_size=192,
+        corpus_problems=2000,
+        max_steps=800,
+        warmup_steps=50,
+        domain=SYSTEMATIC_DOMAIN,
+    ),
     # A few seconds of pretraining: for tests and smoke runs, not for measuring anything.
     "digits-tiny": PretrainConfig(
         hidden_size=32,

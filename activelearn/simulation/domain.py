@@ -17,6 +17,15 @@ Subtle errors (off by 1, 2 or 10; a digit of an operand changed) leave a text th
 right at a glance; obvious ones (a result off by an order of magnitude, a "+" where the
 story says "sells", a number that appears nowhere) do not. The mix is a knob, so the
 "convincing wrong-answer" regime of the PRM800K protocol can be reproduced.
+
+Systematic errors (``DomainConfig.systematic_share`` > 0): a real generator's mistakes are
+probable under the generator, because it made them. A *misconception* is a wrong rule for
+one kind of event ("doubles" read as "+ 2", "gives away 3 boxes" as "- 3"), held by a
+sample with a probability that depends on the problem's setting (common in its home
+settings, rarer elsewhere) and then applied at every step it covers, the same way in every
+sample. An LM pretrained on the generator's own samples learns how often each rule is
+held in each setting, so a misconception step is no surprise to it; only a label says
+which of the two ways is right.
 """
 
 from __future__ import annotations
@@ -27,8 +36,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 Operator = Literal["+", "-", "*"]
-ErrorKind = Literal["arithmetic", "wrong_operation", "copied_wrong_number", "skipped_step"]
+ErrorKind = Literal["arithmetic", "wrong_operation", "copied_wrong_number", "skipped_step", "misconception"]
 StepKind = Literal["compute", "filler", "answer"]
+# What a plan step stands for in the story: the misconceptions are rules about these.
+Event = Literal["start", "sell", "buy", "containers", "receive", "give", "scale"]
 
 _APPLY: dict[str, Callable[[int, int], int]] = {
     "+": lambda a, b: a + b,
@@ -64,6 +75,7 @@ class PlanStep:
     # Set on the k * per-container step of a "receives k containers" event: skipping it
     # means the next step uses k itself, the classic "forgot to multiply" slip.
     skippable: bool = False
+    event: Event = "start"
 
 
 @dataclass(frozen=True)
@@ -72,6 +84,7 @@ class Problem:
     text: str
     plan: tuple[PlanStep, ...]
     answer: int
+    setting: str = ""  # the actor ("A bakery", "Maya"): the context misconceptions depend on
 
 
 @dataclass(frozen=True)
@@ -98,6 +111,8 @@ class GeneratedStep:
     expected_value: int | None = None
     error: ErrorKind | None = None  # the injected error, None when the step is correct
     subtle: bool | None = None
+    plan_index: int | None = None  # the plan step a compute step executes
+    misconception: str | None = None  # the rule applied, for error == "misconception"
 
     @property
     def is_correct(self) -> bool:
@@ -117,6 +132,10 @@ class GeneratedSolution:
     first_error: int | None  # index into ``steps`` of the first wrong step
     final_correct: bool
     subtle: bool | None  # subtlety of the first error; None for error-free solutions
+    # The value written for every plan step (a skipped step: the value it should have
+    # had), so a continuation from any prefix knows what was written before it.
+    written_values: tuple[int, ...] = ()
+    misconceptions: tuple[str, ...] = ()  # the rules this sample held and applied
 
     @property
     def step_texts(self) -> tuple[str, ...]:
@@ -134,6 +153,21 @@ class DomainConfig:
     filler_rate: float = 0.15  # chance of a neutral filler step before a computation step
     max_count: int = 12  # containers at the start
     max_per_container: int = 25
+    # Share of the error process that is systematic: random errors strike a solution at
+    # solution_error_rate x (1 - share), and each misconception is held at share x its
+    # setting's rate (misconception_home_rate in its home settings, misconception_rate
+    # elsewhere). 0 is the random-corruption domain, 1 misconceptions only.
+    # The rates are high on purpose: when a misconception is held as often as not, the LM
+    # cannot tell from its own probabilities which of the two ways is the right one.
+    systematic_share: float = 0.0
+    misconception_home_rate: float = 0.9
+    misconception_rate: float = 0.25
+
+    def __post_init__(self) -> None:
+        for name in ("systematic_share", "misconception_home_rate", "misconception_rate", "solution_error_rate"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"DomainConfig.{name} must be within [0, 1], got {value!r}")
 
 
 # ------------------------------------------------------------------------------- problems
@@ -206,12 +240,12 @@ def generate_problem(problem_id: str, rng: random.Random, config: DomainConfig) 
         if kind == "sell":
             amount = rng.randint(1, stock - 1)
             sentences.append(f"{pronoun} sells {amount} {items}.")
-            plan.append(PlanStep("-", previous, Operand(constant=amount), _SELL, items))
+            plan.append(PlanStep("-", previous, Operand(constant=amount), _SELL, items, event="sell"))
             stock -= amount
         elif kind == "buy":
             amount = rng.randint(1, 60)
             sentences.append(f"{pronoun} buys {amount} more {items}.")
-            plan.append(PlanStep("+", previous, Operand(constant=amount), _BUY, items))
+            plan.append(PlanStep("+", previous, Operand(constant=amount), _BUY, items, event="buy"))
             stock += amount
         elif kind in ("receive", "give"):
             limit = 6 if kind == "receive" else max(1, min(6, stock // per - 1))
@@ -228,23 +262,29 @@ def generate_problem(problem_id: str, rng: random.Random, config: DomainConfig) 
                     items,
                     containers if boxes > 1 else container,
                     skippable=True,
+                    event="containers",
                 )
             )
             operator: Operator = "+" if kind == "receive" else "-"
             plan.append(
                 PlanStep(
-                    operator, previous, Operand(step=len(plan) - 1), _RECEIVE if kind == "receive" else _GIVE, items
+                    operator,
+                    previous,
+                    Operand(step=len(plan) - 1),
+                    _RECEIVE if kind == "receive" else _GIVE,
+                    items,
+                    event="receive" if kind == "receive" else "give",
                 )
             )
             stock = stock + boxes * per if kind == "receive" else stock - boxes * per
         else:
             factor = rng.choice((2, 3))
             sentences.append(f"{pronoun} {'doubles' if factor == 2 else 'triples'} {possessive} stock of {items}.")
-            plan.append(PlanStep("*", previous, Operand(constant=factor), _SCALE, items))
+            plan.append(PlanStep("*", previous, Operand(constant=factor), _SCALE, items, event="scale"))
             stock *= factor
     subject = "the " + actor[2:] if actor.startswith("A ") else actor
     sentences.append(f"How many {items} does {subject} have now?")
-    return Problem(problem_id=problem_id, text=" ".join(sentences), plan=tuple(plan), answer=stock)
+    return Problem(problem_id=problem_id, text=" ".join(sentences), plan=tuple(plan), answer=stock, setting=actor)
 
 
 def generate_problems(count: int, seed: int, config: DomainConfig | None = None, prefix: str = "sim") -> list[Problem]:
@@ -324,31 +364,193 @@ def _error_kinds(plan_step: PlanStep, next_step: PlanStep | None, subtle: bool) 
     return kinds
 
 
+# ---------------------------------------------------------------------- misconceptions
+
+
+@dataclass(frozen=True)
+class Misconception:
+    """A wrong rule for one kind of event, common in its ``home`` settings."""
+
+    name: str
+    event: Event
+    home: frozenset[str]
+    description: str
+
+
+MISCONCEPTIONS: tuple[Misconception, ...] = (
+    Misconception(
+        "start_as_add", "start", frozenset({"Lena", "A school"}), "c containers of p each: c + p instead of c * p"
+    ),
+    Misconception(
+        "buy_as_containers", "buy", frozenset({"Omar", "Maya"}), "buys n more items: adds n containers' worth"
+    ),
+    Misconception(
+        "forget_multiply",
+        "containers",
+        frozenset({"A bakery", "A farm stand"}),
+        "receives or gives k containers: adds or takes k, not k * per container",
+    ),
+    Misconception("scale_as_add", "scale", frozenset({"A shop", "A library"}), "doubles / triples: + 2 / + 3"),
+    Misconception(
+        "sell_from_start",
+        "sell",
+        frozenset({"Maya", "Lena"}),
+        "sells n: takes n from the starting stock, forgetting the events since",
+    ),
+)
+MISCONCEPTION_BY_EVENT: dict[str, Misconception] = {m.event: m for m in MISCONCEPTIONS}
+
+
+def misconception_rate(misconception: Misconception, setting: str, config: DomainConfig) -> float:
+    """How often a sample of a problem in ``setting`` holds the rule."""
+    rate = config.misconception_home_rate if setting in misconception.home else config.misconception_rate
+    return config.systematic_share * rate
+
+
+def _applies(misconception: Misconception, plan: Sequence[PlanStep], index: int) -> bool:
+    """Whether the rule changes what plan step ``index`` writes."""
+    step = plan[index]
+    if step.event != misconception.event:
+        return False
+    if misconception.name == "sell_from_start":
+        return step.left.step not in (None, 0)  # right after the start there is nothing to forget
+    if misconception.name == "forget_multiply":
+        return index + 1 < len(plan)
+    return True
+
+
+def _misconceived(
+    misconception: Misconception, plan: Sequence[PlanStep], index: int, left: int, right: int, written: Sequence[int]
+) -> Expression:
+    """What a sample holding the rule writes at plan step ``index`` (not forget_multiply,
+    which writes nothing there and changes the next step)."""
+    if misconception.name == "start_as_add":
+        return Expression(left, "+", right, left + right)
+    if misconception.name == "buy_as_containers":
+        per = plan[0].right.constant
+        assert per is not None
+        return Expression(left, "+", right * per, left + right * per)
+    if misconception.name == "scale_as_add":
+        return Expression(left, "+", right, left + right)
+    if misconception.name == "sell_from_start":
+        return Expression(written[0], "-", right, written[0] - right)
+    raise ValueError(f"misconception {misconception.name!r} writes no expression of its own")
+
+
+def _held_misconceptions(
+    problem: Problem, start: int, rng: random.Random, config: DomainConfig, inherited: dict[str, bool]
+) -> set[str]:
+    """The rules a sample holds for the plan steps from ``start`` on: a rule whose event
+    the prefix already met keeps the prefix's choice (``inherited``), others are drawn."""
+    held: set[str] = set()
+    for misconception in MISCONCEPTIONS:
+        if not any(_applies(misconception, problem.plan, i) for i in range(start, len(problem.plan))):
+            continue
+        if misconception.name in inherited:
+            if inherited[misconception.name]:
+                held.add(misconception.name)
+        elif rng.random() < misconception_rate(misconception, problem.setting, config):
+            held.add(misconception.name)
+    return held
+
+
+# ------------------------------------------------------------------------------ sampling
+
+
 def sample_solution(
     problem: Problem,
     solution_id: str,
     rng: random.Random,
     config: DomainConfig | None = None,
 ) -> GeneratedSolution:
-    """One sampled solution: the plan executed on the written values, errors injected at random."""
+    """One sampled solution: the plan executed on the written values, errors injected at
+    random and misconceptions applied where the sample holds them."""
     config = config or DomainConfig()
+    beliefs: set[str] = set()
+    if config.systematic_share > 0:
+        # Their own stream: the random-error draws stay those of the same solution at
+        # another share, so a sweep over the share compares like with like.
+        beliefs = _held_misconceptions(problem, 0, random.Random(f"beliefs:{solution_id}"), config, {})
+    return _execute(problem, solution_id, rng, config, beliefs, prefix=(), written_values=[], start=0, erred=False)
+
+
+def continue_solution(
+    problem: Problem,
+    solution: GeneratedSolution,
+    kept_steps: int,
+    rng: random.Random,
+    config: DomainConfig | None = None,
+    solution_id: str | None = None,
+) -> GeneratedSolution:
+    """The generator's completion of ``solution``'s first ``kept_steps`` steps: the rest
+    of the plan sampled afresh from the values written so far (Math-Shepherd's rollout).
+
+    Random errors are drawn anew over the remaining steps; a misconception whose event
+    the prefix already met stays as the prefix shows it (applied or not), the others are
+    drawn at their rates.
+    """
+    config = config or DomainConfig()
+    if not 1 <= kept_steps <= len(solution.steps):
+        raise ValueError(f"kept_steps must be within [1, {len(solution.steps)}], got {kept_steps}")
+    prefix = solution.steps[:kept_steps]
+    if prefix[-1].kind == "answer":
+        return solution
+    done = [step.plan_index for step in prefix if step.plan_index is not None]
+    start = max(done) + 1 if done else 0
+    inherited: dict[str, bool] = {}
+    for misconception in MISCONCEPTIONS:
+        if any(_applies(misconception, problem.plan, i) for i in range(start)):
+            inherited[misconception.name] = misconception.name in solution.misconceptions
+    beliefs: set[str] = set()
+    if config.systematic_share > 0:
+        beliefs = _held_misconceptions(problem, start, rng, config, inherited)
+    return _execute(
+        problem,
+        solution_id or f"{solution.solution_id}+{kept_steps}",
+        rng,
+        config,
+        beliefs | {name for name, held in inherited.items() if held},
+        prefix=prefix,
+        written_values=list(solution.written_values[:start]),
+        start=start,
+        erred=any(not step.is_correct for step in prefix),
+    )
+
+
+def _execute(
+    problem: Problem,
+    solution_id: str,
+    rng: random.Random,
+    config: DomainConfig,
+    beliefs: set[str],
+    *,
+    prefix: Sequence[GeneratedStep],
+    written_values: list[int],
+    start: int,
+    erred: bool,
+) -> GeneratedSolution:
     plan = problem.plan
+    random_error_rate = config.solution_error_rate * (1.0 - config.systematic_share)
     # The first error may also sit on the answer line (a miscopied final number).
-    first_error_at = rng.randrange(len(plan) + 1) if rng.random() < config.solution_error_rate else None
+    first_error_at = rng.randrange(start, len(plan) + 1) if rng.random() < random_error_rate else None
     first_subtle = rng.random() < config.subtle_share
     # A generator repeats its favourite mistake on a problem, so wrong answers collide and
     # majority vote can be fooled; the trap's site, kind and wrong value are fixed per problem.
     trap_rng: random.Random | None = None
     if first_error_at is not None and rng.random() < config.common_error_share:
         trap_rng = random.Random(f"trap:{problem.problem_id}")
-        first_error_at = trap_rng.randrange(len(plan))
-        first_subtle = trap_rng.random() < config.subtle_share
-    written_values: list[int] = []
-    steps: list[GeneratedStep] = []
-    erred = False
-    skip_next_sum = False
-    first_kind_subtle: bool | None = None
-    for index, plan_step in enumerate(plan):
+        trap_at = trap_rng.randrange(len(plan))
+        if trap_at >= start:
+            first_error_at = trap_at
+            first_subtle = trap_rng.random() < config.subtle_share
+        else:
+            trap_rng = None
+    steps: list[GeneratedStep] = list(prefix)
+    applied: list[str] = list(dict.fromkeys(step.misconception for step in prefix if step.misconception))
+    skip_next_sum: str | None = None  # the error kind of a skipped container step
+    first_kind_subtle: bool | None = next((step.subtle for step in prefix if not step.is_correct), None)
+    for index in range(start, len(plan)):
+        plan_step = plan[index]
         if rng.random() < config.filler_rate and index > 0:
             steps.append(GeneratedStep(text=rng.choice(_FILLERS).format(unit=plan_step.unit), kind="filler"))
 
@@ -362,9 +564,10 @@ def sample_solution(
         expected = Expression(left, plan_step.operator, right, apply(plan_step.operator, left, right))
         template = rng.choice(plan_step.phrases)
 
-        if skip_next_sum:
+        if skip_next_sum is not None:
             # The container step was skipped: this step adds the container count itself.
-            skip_next_sum = False
+            kind_of_skip: ErrorKind = "misconception" if skip_next_sum == "forget_multiply" else "skipped_step"
+            skip_next_sum = None
             skipped = plan[index - 1]
             assert skipped.left.constant is not None
             wrong_right = skipped.left.constant
@@ -378,10 +581,42 @@ def sample_solution(
                     expected=expected,
                     value=written.result,
                     expected_value=expected.result,
-                    error="skipped_step",
-                    subtle=False,
+                    error=kind_of_skip,
+                    subtle=kind_of_skip == "misconception",
+                    plan_index=index,
+                    misconception="forget_multiply" if kind_of_skip == "misconception" else None,
                 )
             )
+            if first_kind_subtle is None:
+                first_kind_subtle = kind_of_skip == "misconception"
+            continue
+
+        rule = MISCONCEPTION_BY_EVENT.get(plan_step.event)
+        if rule is not None and rule.name in beliefs and _applies(rule, plan, index):
+            if rule.name not in applied:
+                applied.append(rule.name)
+            if rule.name == "forget_multiply":
+                skip_next_sum = rule.name
+                written_values.append(expected.result)
+                continue
+            written = _misconceived(rule, plan, index, left, right, written_values)
+            written_values.append(written.result)
+            steps.append(
+                GeneratedStep(
+                    text=_render(template, written, plan_step),
+                    kind="compute",
+                    written=written,
+                    expected=expected,
+                    value=written.result,
+                    expected_value=expected.result,
+                    error="misconception" if written != expected else None,
+                    subtle=True if written != expected else None,
+                    plan_index=index,
+                    misconception=rule.name if written != expected else None,
+                )
+            )
+            if written != expected and first_kind_subtle is None:
+                first_kind_subtle = True
             continue
 
         inject = index == first_error_at or (erred and rng.random() < config.later_error_rate)
@@ -395,6 +630,7 @@ def sample_solution(
                     expected=expected,
                     value=expected.result,
                     expected_value=expected.result,
+                    plan_index=index,
                 )
             )
             continue
@@ -403,13 +639,13 @@ def sample_solution(
         next_step = plan[index + 1] if index + 1 < len(plan) else None
         error_rng = trap_rng if trap_rng is not None and index == first_error_at else rng
         kind = error_rng.choice(_error_kinds(plan_step, next_step, subtle))
-        if not erred:
+        if first_kind_subtle is None:
             first_kind_subtle = subtle
         erred = True
         if kind == "skipped_step":
             # Nothing is written for this step; the written value is a placeholder so step
             # references keep their indices, and the next step uses the count instead.
-            skip_next_sum = True
+            skip_next_sum = "skipped_step"
             written_values.append(expected.result)
             continue
         written = _inject(kind, expected, plan_step, subtle, error_rng)
@@ -424,6 +660,7 @@ def sample_solution(
                 expected_value=expected.result,
                 error=kind,
                 subtle=subtle,
+                plan_index=index,
             )
         )
 
@@ -456,6 +693,8 @@ def sample_solution(
         first_error=first_error,
         final_correct=answer == problem.answer,
         subtle=first_kind_subtle if first_error is not None else None,
+        written_values=tuple(written_values),
+        misconceptions=tuple(applied),
     )
 
 
