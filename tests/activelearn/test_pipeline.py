@@ -151,10 +151,11 @@ def test_a_generation_runs_from_the_pool_to_open_tasks_in_queue_order(django_cap
     assert len(tasks) == 6
     assert all(t.verifier_score == scores[t.solution_id] for t in tasks)
     # The queue's priorities are the picks' scores, handed out along the serving order.
-    assert sorted(t.priority for t in tasks) == sorted(t.verifier_score for t in tasks)
+    assert all(t.verifier_score is not None for t in tasks)
+    assert sorted(t.priority for t in tasks) == sorted(float(t.verifier_score or 0.0) for t in tasks)
     wrong = {s.pk for s in Solution.objects.filter(pk__in=scores, is_correct=False)}
     wrong_scores = sorted((scores[i] for i in wrong), reverse=True)
-    picked_wrong = sorted((t.verifier_score for t in tasks if t.solution_id in wrong), reverse=True)
+    picked_wrong = sorted((float(t.verifier_score or 0.0) for t in tasks if t.solution_id in wrong), reverse=True)
     assert picked_wrong == wrong_scores[: len(picked_wrong)]
     assert run.selection_stats["wrong_answer_picks"] == min(len(wrong), 5)  # round(6 * 0.8)
     assert all(getattr(run, f"{step}_finished_at") for step in ("training", "scoring", "grading", "selecting"))

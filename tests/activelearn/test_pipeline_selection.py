@@ -77,7 +77,7 @@ def test_the_serving_order_keeps_the_wrong_answer_share_in_every_prefix(candidat
 
     order = serving_order(picks)
 
-    assert sorted(order, key=lambda p: p.solution_id) == sorted(picks, key=lambda p: p.solution_id)
+    assert sorted(order, key=lambda p: str(p.solution_id)) == sorted(picks, key=lambda p: str(p.solution_id))
     wrong_total = sum(p.is_correct is False for p in picks)
     wrong_so_far = 0
     for position, pick in enumerate(order, start=1):

@@ -86,7 +86,7 @@ def test_every_prefix_of_the_queue_keeps_the_wrong_answer_share(settings):
         wrong_so_far += task.solution.is_correct is False
         assert abs(wrong_so_far - 0.8 * position) <= 0.5, (position, wrong_so_far)
     # Each kind is served most convincing first, and the record keeps the PRM's score.
-    wrong_scores = [t.verifier_score for t in served if t.solution.is_correct is False]
+    wrong_scores = [_score(t) for t in served if t.solution.is_correct is False]
     assert wrong_scores == sorted(wrong_scores, reverse=True)
     assert all(t.verifier_score == SolutionScore.objects.get(solution=t.solution).score for t in served)
 
@@ -104,3 +104,8 @@ def test_each_task_records_why_it_was_picked():
         False: SelectionReason.CONVINCING_WRONG_ANSWER,
         True: SelectionReason.CONVINCING_CORRECT,
     }
+
+
+def _score(task: Task) -> float:
+    assert task.verifier_score is not None, f"task {task.pk} has no verifier score"
+    return task.verifier_score

@@ -1,5 +1,7 @@
 """The CHAMP benchmark's command line: what it refuses, and the command it writes into the docs."""
 
+from typing import Any
+
 import pytest
 
 from benchmarks.prm_champ import main, shown_command
@@ -83,7 +85,7 @@ Path(sys.argv[1]).write_text("".join(json.dumps(r) + "\\n" for r in records))
 """
 
 
-def _evaluation(bo4: dict[str, float], bo16: dict[str, float]) -> dict:
+def _evaluation(bo4: dict[str, Any], bo16: dict[str, Any]) -> dict[str, Any]:
     return {"best_of_n": {"4": bo4, "16": bo16}, "aggregation": "min"}
 
 
@@ -103,7 +105,7 @@ def test_the_seeds_study_picks_the_aggregation_on_validation_and_never_looks_at_
 def test_the_seeds_study_says_a_goal_is_not_met_when_one_seed_misses_it():
     from benchmarks.prm_champ_seeds import goals
 
-    def arm(pick: float, f1: float) -> dict:
+    def arm(pick: float, f1: float) -> dict[str, Any]:
         test = {
             "best_of_n": {"16": {"prm_min": pick, "weighted": pick - 0.1, "majority": 0.5}},
             "step_auroc": 0.7,

@@ -25,7 +25,7 @@ class ForwardCounter:
         self.calls += 1
 
 
-def _pairs():
+def _pairs() -> list[tuple[str, list[str]]]:
     return [("a problem about sums", LONG), ("another problem", LONG[:3]), ("third", ["one step only"])]
 
 
