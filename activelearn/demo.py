@@ -7,7 +7,11 @@ the screening set and generation 0's QC items from the other annotations
 (``labeling.quality.gold``), and the product's grading of the final answers that are
 served or that the next generation's default pool holds (``answer_grading``), so
 starting a generation right after ``load_demo`` has labels to train on, a pool to
-score and graded wrong answers to select.
+score and graded wrong answers to select. With ``phase_one_problems`` it also opens
+that many demo problems in the phase-1 generation (``phase_one``), as an admin's
+*Start a generation* → *Phase 1* would: a labeler is served them first (phase 1's
+priority is above generation 0's rest) and builds a solution from candidate steps that
+the worker generates when the task screen asks for them, never at load time.
 """
 
 from __future__ import annotations
@@ -19,12 +23,23 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 
 from activelearn.answer_grading import solutions_grade
+from activelearn.phase_one import phase_one_open
 from activelearn.pipeline import GenerationConfig
 from labeling.data.demo import ROLE_SCREENING, UNIQUE_ID_PREFIX, DemoLoadResult, demo_load
-from labeling.models import Generation, Solution, Task
+from labeling.models import Generation, GenerationStatus, Phase, Problem, Solution, Task, TaskStatus
 from labeling.quality.gold import gold_from_first_errors, quality_control_set_create, screening_set_create
 
 GOLD_NOTE = "CHAMP first-wrong-step annotation"
+# Phase-1 problems `load_demo` opens: enough to see phase 1, few enough that the demo
+# labeler soon reaches generation 0's phase-2 work behind them.
+DEMO_PHASE_ONE_PROBLEMS = 3
+
+
+@dataclass(frozen=True)
+class DemoPhaseOne:
+    opened: int  # phase-1 tasks this run opened
+    open_tasks: int  # open phase-1 tasks on demo problems, after this run
+    closed: bool  # an admin closed phase 1: it serves nothing and nothing was opened
 
 
 @dataclass(frozen=True)
@@ -34,6 +49,7 @@ class DemoCampaignResult:
     screening_items: int
     quality_control_items: int
     graded: int
+    phase_one: DemoPhaseOne | None = None
 
 
 def demo_campaign_load(
@@ -45,9 +61,10 @@ def demo_campaign_load(
     open_per_problem: int | None = None,
     problems: int | None = None,
     grade: bool = True,
+    phase_one_problems: int = 0,
     progress: Callable[[str], None] | None = None,
 ) -> DemoCampaignResult:
-    """Load the demo (one transaction with its gold), then grade; idempotent."""
+    """Load the demo (one transaction with its gold and phase-1 work), then grade; idempotent."""
     options = {} if open_per_problem is None else {"open_per_problem": open_per_problem}
     with transaction.atomic():
         data = demo_load(
@@ -74,6 +91,7 @@ def demo_campaign_load(
                 f"Gold: {len(screening)} screening items, {len(quality_control)} QC items of generation "
                 f"{data.generation_number} ({created} made gold by this run)"
             )
+        phase_one = demo_phase_one_open(count=phase_one_problems) if phase_one_problems > 0 else None
     graded = 0
     if grade:
         ids = demo_solutions_to_grade()
@@ -87,7 +105,24 @@ def demo_campaign_load(
         screening_items=len(screening),
         quality_control_items=len(quality_control),
         graded=graded,
+        phase_one=phase_one,
     )
+
+
+def demo_phase_one_open(*, count: int, seed: int = 0) -> DemoPhaseOne:
+    """Open ``count`` demo problems in phase 1 unless some already are (idempotent); a closed phase 1 is left closed.
+
+    No candidate is generated here: the labeler's task screen asks the worker for them.
+    """
+    demo_phase_one = Task.objects.filter(
+        generation__phase=Phase.ONE, solution__problem__unique_id__startswith=UNIQUE_ID_PREFIX
+    )
+    closed = Generation.objects.filter(phase=Phase.ONE).exclude(status=GenerationStatus.OPEN).exists()
+    opened = 0
+    if not closed and not demo_phase_one.exists():
+        ids = Problem.objects.filter(unique_id__startswith=UNIQUE_ID_PREFIX).values_list("unique_id", flat=True)
+        opened = phase_one_open(count=count, problem_ids=list(ids), seed=seed).tasks
+    return DemoPhaseOne(opened=opened, open_tasks=demo_phase_one.filter(status=TaskStatus.OPEN).count(), closed=closed)
 
 
 def demo_solutions_to_grade() -> list[int]:

@@ -23,6 +23,7 @@ from activelearn.stepgen.base import (
     StepGenerationError,
     StepGenerator,
 )
+from activelearn.stepgen.builtin import BUILTIN_SMOLLM2, local_model_problem
 from activelearn.stepgen.openai_http import OpenAICompletionsGenerator
 from labeling.models import Assignment, LabeledStep
 from labeling.work.assignment import is_phase_one
@@ -63,7 +64,7 @@ def _generator_for(backend: str, key: tuple[Any, ...]) -> StepGenerator:
     # Imported here: torch is loaded only in processes that run the local model.
     from activelearn.stepgen.local_lm import LocalLMGenerator
 
-    return LocalLMGenerator.from_directory(
+    return LocalLMGenerator.load(
         settings.STEPGEN_LOCAL_MODEL_DIR,
         device=settings.STEPGEN_LOCAL_DEVICE or None,
         params=_sampling_params(),
@@ -78,6 +79,25 @@ def step_generator() -> StepGenerator | None:
         return None
     key = tuple(getattr(settings, name) for name in sorted(dir(settings)) if name.startswith("STEPGEN_"))
     return _generator_for(backend, key)
+
+
+# What scripts/run-embedded.sh sets: the built-in model, on CPU unless a GPU is there.
+ENABLE_LOCAL = f"STEPGEN_BACKEND=local STEPGEN_LOCAL_MODEL_DIR={BUILTIN_SMOLLM2}"
+
+
+def step_generator_problem() -> str | None:
+    """Why phase-1 candidates cannot be generated with the current settings, and how to enable them; None if
+    they can (as far as can be told without loading a model, which the worker does).
+
+    Cheap (no model is loaded, torch is not imported): ``load_demo`` calls it.
+    """
+    backend = settings.STEPGEN_BACKEND
+    if backend == "none":
+        return f"step generation is switched off (STEPGEN_BACKEND=none); set {ENABLE_LOCAL} (make run does)"
+    if backend != "local":
+        return None
+    problem = local_model_problem(settings.STEPGEN_LOCAL_MODEL_DIR)
+    return None if problem is None else f"the local step generator cannot be loaded: {problem}"
 
 
 class StepPrefixError(ValueError):
@@ -130,10 +150,13 @@ def candidates_generate(
 ) -> StoredCandidates:
     """Generate and store candidates for (assignment, step); a failure is stored, not raised."""
     store = store or candidate_store()
-    generator = generator or step_generator()
-    if generator is None:
-        raise StepGenerationError("STEPGEN_BACKEND is 'none': step generation is switched off")
     try:
+        # Loaded inside the try: a model that cannot be loaded (package missing, bad
+        # file) is stored as this slot's failure, which the labeler's screen shows
+        # with Try again, instead of leaving the slot pending until it goes stale.
+        generator = generator or step_generator()
+        if generator is None:
+            raise StepGenerationError("STEPGEN_BACKEND is 'none': step generation is switched off")
         problem, steps = step_prefix(assignment_id=assignment_id, step_index=step_index)
         candidates = generator.generate(problem=problem, steps=steps)
     except (StepGenerationError, StepPrefixError, Assignment.DoesNotExist) as exc:

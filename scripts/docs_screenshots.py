@@ -5,7 +5,9 @@
 
 ``--width 390 --out DIR`` takes the same screens at phone width into DIR. The
 demo labeler ("labeler") rates the first two steps of their current task by
-keyboard before the task screen is taken, so the picture shows rated rows.
+keyboard before the task screen is taken, so the picture shows rated rows. The
+demo serves its phase-1 problems first; the labeler gives them up to reach
+phase-2 work (a demo that shot once has none left).
 Chromium is Debian's (/usr/bin/chromium), driven by Playwright.
 """
 
@@ -35,6 +37,13 @@ def _idle(page: Page) -> None:
 def task_screen(page: Page, url: str, target: Path) -> None:
     _sign_in(page, url, "labeler", os.environ.get("DEMO_LABELER_PASSWORD", "labeler"))
     page.click("text=/Start labeling|Continue labeling/")
+    page.wait_for_selector("#task[data-assignment]")
+    while page.locator("#task.phase-one").count():
+        held = page.get_attribute("#task", "data-assignment")
+        page.click("text=/Give up on this/")
+        page.fill("form[action$='/give-up/'] textarea[name=reason]", "passed over for the phase-2 screenshot")
+        page.click("text=Give up and get the next task")
+        page.wait_for_function("held => document.querySelector('#task')?.dataset.assignment !== held", arg=held)
     page.wait_for_selector("#task form.completion.cursor")
     rated = page.locator("#steps form.completion.r-good, #steps form.completion.r-okay").count()
     for key in ("3", "2")[rated:]:

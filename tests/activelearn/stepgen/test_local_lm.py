@@ -1,9 +1,11 @@
+import importlib.util
+import re
 from pathlib import Path
 
 import pytest
 import torch
 
-from activelearn.stepgen import SamplingParams, StepGenerationError
+from activelearn.stepgen import SamplingParams, StepGenerationError, builtin
 from activelearn.stepgen.local_lm import LocalLMGenerator, StepComplete
 from activelearn.stepgen.splitting import is_answer_step
 
@@ -81,3 +83,39 @@ def test_greedy_decoding_draws_one_sample(tiny_lm_dir):
 def test_a_directory_without_a_model_is_a_clear_error(tmp_path):
     with pytest.raises(StepGenerationError, match=f"{tmp_path} has no config.json"):
         LocalLMGenerator.from_directory(tmp_path)
+
+
+def test_load_takes_a_model_directory(tiny_lm_dir):
+    loaded = LocalLMGenerator.load(str(tiny_lm_dir), device="cpu", params=SamplingParams(k=2, max_tokens=16))
+
+    assert loaded.model_name == str(tiny_lm_dir)
+    assert loaded.generate(problem=PROBLEM, steps=STEPS, seed=1).samples == 2
+
+
+def test_load_refuses_an_unknown_builtin_and_a_missing_directory(tmp_path):
+    with pytest.raises(StepGenerationError, match="unknown built-in step generator 'builtin:gpt'"):
+        LocalLMGenerator.load("builtin:gpt")
+    with pytest.raises(StepGenerationError, match=f"{tmp_path} has no config.json"):
+        LocalLMGenerator.load(str(tmp_path))
+
+
+def test_the_builtin_model_without_its_package_says_how_to_install_it(monkeypatch):
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *args: None if name == builtin.SMOLLM2_PACKAGE else real_find_spec(name, *args),
+    )
+
+    with pytest.raises(StepGenerationError, match=re.escape(builtin.SMOLLM2_INSTALL)):
+        LocalLMGenerator.load(builtin.BUILTIN_SMOLLM2)
+
+
+def test_an_unreadable_model_file_is_a_step_generation_error_naming_the_model(monkeypatch, tmp_path):
+    broken = tmp_path / builtin.SMOLLM2_GGUF
+    broken.write_bytes(b"not a GGUF file")
+    monkeypatch.setattr("activelearn.stepgen.local_lm.local_model_problem", lambda model: None)
+    monkeypatch.setattr("activelearn.stepgen.local_lm.smollm2_gguf_file", lambda: broken)
+
+    with pytest.raises(StepGenerationError, match="could not load the step generator builtin:smollm2"):
+        LocalLMGenerator.load(builtin.BUILTIN_SMOLLM2, device="cpu")

@@ -4,7 +4,13 @@ import pytest
 from django.utils import timezone
 
 from activelearn.stepgen import OpenAICompletionsGenerator
-from activelearn.stepgen_service import StepPrefixError, candidates_generate, step_generator, step_prefix
+from activelearn.stepgen_service import (
+    StepPrefixError,
+    candidates_generate,
+    step_generator,
+    step_generator_problem,
+    step_prefix,
+)
 from annotate.celery import app
 from labeling.models import (
     Assignment,
@@ -186,3 +192,31 @@ def test_a_failed_slot_can_be_prefetched_again(openai_settings):
     store.save_failed(assignment_id=1, step_index=0, error="boom", now=timezone.now())
 
     assert candidates_prefetch(assignment_id=1, step_index=0, store=store) is True
+
+
+def test_a_model_that_cannot_be_loaded_is_stored_as_the_steps_failure(settings, tmp_path):
+    # Raised instead, it would leave the slot pending (and the labeler waiting) until it goes stale.
+    settings.STEPGEN_BACKEND = "local"
+    settings.STEPGEN_LOCAL_MODEL_DIR = str(tmp_path)
+    assignment = phase_1_assignment()
+    store = InMemoryCandidateStore()
+
+    stored = candidates_generate(assignment_id=assignment.pk, step_index=2, store=store)
+
+    assert stored.status == CandidateSetStatus.FAILED
+    assert f"step generator model directory {tmp_path} has no config.json" in stored.error
+
+
+def test_step_generator_problem_says_why_candidates_are_unavailable_and_how_to_enable_them(settings, tmp_path):
+    settings.STEPGEN_BACKEND = "none"
+    assert step_generator_problem() == (
+        "step generation is switched off (STEPGEN_BACKEND=none); set STEPGEN_BACKEND=local "
+        "STEPGEN_LOCAL_MODEL_DIR=builtin:smollm2 (make run does)"
+    )
+    settings.STEPGEN_BACKEND = "local"
+    settings.STEPGEN_LOCAL_MODEL_DIR = str(tmp_path)
+    assert step_generator_problem() == (
+        f"the local step generator cannot be loaded: step generator model directory {tmp_path} has no config.json"
+    )
+    (tmp_path / "config.json").write_text("{}")
+    assert step_generator_problem() is None
