@@ -450,10 +450,13 @@ def curve_table(results: dict[str, Any], seeds: list[str], n: str) -> list[str]:
     lines = [
         "",
         "Learning curves (test split, mean over seeds [95% t-interval]): each point is a checkpoint trained on that "
-        "many labeled solutions, human step labels for the PRM, the grader's verdicts for the ORM.",
+        "many labeled solutions, human step labels for the PRM, the grader's verdicts for the ORM. The curve's points "
+        "are not evaluated on validation, so its pick is the checkpoint's own aggregation (the PRM's: min, by "
+        "`AGGREGATION_MARGIN`), not the validation-chosen one of the table above.",
         "",
-        f"| labels | solutions (mean) | step AUROC | first-error F1 | best-of-{n}: pick | pick - majority |",
-        "|---|---|---|---|---|---|",
+        f"| labels | solutions (mean) | step AUROC | first-error F1 | best-of-{n}: pick (checkpoint's aggregation) "
+        f"| pick - majority | weighted - majority |",
+        "|---|---|---|---|---|---|---|",
     ]
     for kind, arm in points:
         entries = [results[seed]["arms"].get(arm) or {} for seed in seeds]
@@ -463,8 +466,10 @@ def curve_table(results: dict[str, Any], seeds: list[str], n: str) -> list[str]:
         pick = [_get(r, "best_of_n", n, "prm") for r in tests]
         majority = [_get(r, "best_of_n", n, "majority") for r in tests]
         diff = [None if a is None or b is None else a - b for a, b in zip(pick, majority, strict=True)]
+        weighted = [_get(r, "best_of_n", n, "weighted_minus_majority") for r in tests]
         lines.append(
             f"| {kind} | {sum(solutions) / len(solutions):.0f} | {_cell([_get(r, 'step_auroc') for r in tests])} | "
-            f"{_cell([_get(r, 'first_error', 'f1') for r in tests])} | {_cell(pick)} | {_cell(diff)} |"
+            f"{_cell([_get(r, 'first_error', 'f1') for r in tests])} | {_cell(pick)} | {_cell(diff)} | "
+            f"{_cell(weighted)} |"
         )
     return lines
