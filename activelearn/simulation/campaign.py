@@ -35,10 +35,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from activelearn.selection import PoolCandidate, Selected, select_convincing, select_uniform
+from activelearn.simulation.arms import Arm
 from activelearn.simulation.backbone import (
     DEFAULT_SIM_BACKBONE,
     SIM_BACKBONE_PREFIX,
     SIM_BACKBONES,
+    PretrainConfig,
     pretrained_backbone,
 )
 from activelearn.simulation.domain import (
@@ -52,6 +54,7 @@ from activelearn.simulation.domain import (
     sample_solutions,
 )
 from activelearn.simulation.oracle import OracleLabeler
+from activelearn.simulation.shepherd import label_solutions
 
 Strategy = Literal["convincing", "uniform"]
 STRATEGIES: tuple[Strategy, ...] = ("convincing", "uniform")
@@ -97,6 +100,15 @@ class CampaignConfig:
     best_of_n_sizes: tuple[int, ...] = (4, 16)
     threshold: float = 0.5
     score_batch_size: int = 64
+    # Pretrain the sim: backbone on the campaign's own generator (its ``domain``) instead
+    # of the named backbone's corpus: the generator's errors are then in the LM at the
+    # rate it makes them, as a real generator's are in its own weights.
+    pretrain_on_domain: bool = False
+    rollouts: int = 8  # Math-Shepherd completions per step (the shepherd arms)
+    # Directory of the product's frozen-feature cache (activelearn.prm.feature_cache):
+    # a head that reads only the hidden state (step_features=()) then pays the backbone's
+    # forward pass once per text, however many arms and generations score it.
+    feature_cache: str | None = None
 
     def resolved_learning_rate(self) -> float:
         from activelearn.prm.recipes import SIMULATED_LEARNING_RATE
@@ -117,10 +129,16 @@ def resolve_backbone(config: CampaignConfig, progress: Callable[[str], None] | N
     if name not in SIM_BACKBONES:
         raise ValueError(f"unknown simulated backbone {config.backbone!r}; known: {sorted(SIM_BACKBONES)}")
     cache = Path(config.backbone_cache) if config.backbone_cache else None
-    found = pretrained_backbone(SIM_BACKBONES[name], cache, progress=progress)
+    found = pretrained_backbone(pretrain_config(config), cache, progress=progress)
     if found.trained and progress is not None:
         progress(f"pretrained {config.backbone} in {found.seconds:.0f}s into {found.directory}")
     return str(found.directory)
+
+
+def pretrain_config(config: CampaignConfig) -> PretrainConfig:
+    """The named sim: backbone's pretraining, on the campaign's domain when asked."""
+    named = SIM_BACKBONES[config.backbone.removeprefix(SIM_BACKBONE_PREFIX)]
+    return replace(named, domain=config.domain) if config.pretrain_on_domain else named
 
 
 @dataclass(frozen=True)
@@ -142,11 +160,12 @@ class GenerationMetrics:
     step_auroc: float
     best_of_n: dict[int, dict[str, float]]  # n -> prm / majority / weighted accuracy
     train_seconds: float
+    trained_on: int = 0  # solutions the model was trained on (orm-pool: the graded pool)
 
 
 @dataclass(frozen=True)
 class CampaignResult:
-    strategy: Strategy
+    strategy: str  # a Strategy, or an arm's name (activelearn.simulation.arms)
     config: CampaignConfig
     generations: tuple[GenerationMetrics, ...]
     # The baseline every PRM here has to beat: held-out step AUROC of the frozen backbone's
@@ -175,7 +194,7 @@ def metric_value(metrics: GenerationMetrics, metric: str) -> float:
 
 
 def _train_and_load(
-    labeled: Sequence[Any], output_dir: Path, config: CampaignConfig, backbone: str
+    labeled: Sequence[Any], output_dir: Path, config: CampaignConfig, backbone: str, *, outcome: bool = False
 ) -> tuple[Any, Any, float]:
     import torch
 
@@ -200,6 +219,9 @@ def _train_and_load(
                 class_weighting="none",
                 checkpoint_every=0,
                 seed=config.seed,
+                # An ORM (the product's, activelearn.prm): one label per solution, at its
+                # last step, from the grader.
+                objective="outcome" if outcome else "process",
             ),
             validation=[],
         )
@@ -211,12 +233,21 @@ def _train_and_load(
 
 
 def _score(
-    model: Any, tokenizer: Any, problems: dict[str, str], solutions: Sequence[GeneratedSolution], batch: int
+    model: Any,
+    tokenizer: Any,
+    problems: dict[str, str],
+    solutions: Sequence[GeneratedSolution],
+    batch: int,
+    reduction: str = "product",
 ) -> Any:
     from activelearn.prm import score_solutions
 
     return score_solutions(
-        model, tokenizer, [(problems[s.problem_id], s.step_texts) for s in solutions], batch_size=batch
+        model,
+        tokenizer,
+        [(problems[s.problem_id], s.step_texts) for s in solutions],
+        batch_size=batch,
+        reduction=reduction,  # type: ignore[arg-type]
     )
 
 
@@ -231,11 +262,13 @@ class _Evaluation:
     best_of_n: dict[int, dict[str, float]]
 
 
-def _evaluate(model: Any, tokenizer: Any, held_out: Dataset, config: CampaignConfig) -> _Evaluation:
+def _evaluate(
+    model: Any, tokenizer: Any, held_out: Dataset, config: CampaignConfig, reduction: str = "product"
+) -> _Evaluation:
     from activelearn.prm.evaluation import Candidate, auroc, best_of_n, first_error_metrics, predicted_first_error
 
     solutions = held_out.all_solutions()
-    scores = _score(model, tokenizer, problem_texts(held_out.problems), solutions, config.score_batch_size)
+    scores = _score(model, tokenizer, problem_texts(held_out.problems), solutions, config.score_batch_size, reduction)
     first_error = first_error_metrics(
         [s.step_scores for s in scores], [g.first_error for g in solutions], config.threshold
     )
@@ -341,33 +374,50 @@ def run_campaign(
     return run_campaign_config(strategy, config, work_dir=work_dir, progress=progress)
 
 
+def strategy_arm(strategy: Strategy, config: CampaignConfig) -> Arm:
+    """The arm a two-strategy campaign runs: convincing selection as configured, or uniform."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    if strategy == "uniform":
+        return Arm("uniform")
+    return Arm("convincing", "convincing", config.wrong_share, per_problem=config.k_per_problem is not None)
+
+
 def run_campaign_config(
-    strategy: Strategy,
+    strategy: Strategy | Arm,
     config: CampaignConfig,
     *,
     work_dir: Path | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> CampaignResult:
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    arm = strategy if isinstance(strategy, Arm) else strategy_arm(strategy, config)
     if config.pool not in ("fresh", "fixed"):
         raise ValueError(f"pool must be 'fresh' or 'fixed', got {config.pool!r}")
     say = progress or (lambda message: None)
     owned = work_dir is None
     root = Path(tempfile.mkdtemp(prefix="campaign-")) if work_dir is None else Path(work_dir)
+    if config.feature_cache is not None:
+        from activelearn.prm import feature_cache
+
+        feature_cache.configure(config.feature_cache)
     try:
         backbone = resolve_backbone(config, say)
         problems = generate_problems(config.train_problems, config.seed, config.domain, prefix="train")
+        problems_by_id = {problem.problem_id: problem for problem in problems}
         held_out = build_dataset(
             config.eval_problems, config.eval_solutions_per_problem, config.seed, config.domain, prefix="eval"
         )
         texts = problem_texts(problems)
         pool = pool_solutions(problems, config, 0)
+        drawn: list[GeneratedSolution] = list(pool)  # every pool solution so far (orm-pool)
         oracle = OracleLabeler(noise_rate=config.noise_rate, neutral_fillers=config.neutral_fillers, seed=config.seed)
         labeled: list[Any] = []
         labeled_ids: set[str] = set()
+        solutions_labeled = 0
+        human_step_labels = 0
         scores: dict[str, float] = {}
         history: list[GenerationMetrics] = []
+        reduction = "last" if arm.is_orm else "product"
         for generation in range(config.generations):
             by_id = {s.solution_id: s for s in pool}
             candidates = [
@@ -375,32 +425,61 @@ def run_campaign_config(
                 for s in pool
             ]
             picks: list[Selected]
-            if generation == 0 or strategy == "uniform":
+            if generation == 0 or arm.selection == "uniform":
                 picks = select_uniform(
                     candidates, config.labels_per_generation, labeled_ids, seed=config.seed * 1000 + generation
                 )
             else:
                 picks = select_convincing(
                     candidates,
-                    k_per_problem=config.k_per_problem,
+                    k_per_problem=config.k_per_problem if arm.per_problem else None,
                     k_total=config.labels_per_generation,
-                    wrong_share=config.wrong_share,
+                    wrong_share=arm.wrong_share,
                     exclude=labeled_ids,
                     seed=config.seed * 1000 + generation,
                 )
             chosen = [by_id[str(pick.solution_id)] for pick in picks]
-            for solution in chosen:
-                labeled.append(oracle.label(texts[solution.problem_id], solution))
-                labeled_ids.add(solution.solution_id)
+            labeled_ids.update(solution.solution_id for solution in chosen)
+            solutions_labeled += len(chosen)
+            training: list[Any]
+            if arm.labels == "oracle":
+                before = oracle.step_labels
+                labeled.extend(oracle.label(texts[solution.problem_id], solution) for solution in chosen)
+                human_step_labels += oracle.step_labels - before
+                training = labeled
+            elif arm.labels == "outcome":
+                labeled.extend(_graded(texts, chosen))
+                training = labeled
+            elif arm.labels == "outcome_pool":
+                training = _graded(texts, drawn)
+            else:
+                labeled.extend(
+                    label_solutions(
+                        problems_by_id,
+                        texts,
+                        chosen,
+                        config.rollouts,
+                        config.domain,
+                        soft=arm.labels == "shepherd_soft",
+                        seed=config.seed,
+                    )
+                )
+                training = labeled
 
-            gen_dir = root / (f"seed-{config.seed}-gen-0" if generation == 0 else f"{strategy}-gen-{generation}")
-            model, tokenizer, seconds = _train_and_load(labeled, gen_dir, config, backbone)
-            evaluation = _evaluate(model, tokenizer, held_out, config)
+            # Generation 0 is the same uniform sample for every arm: arms with the same
+            # label source share its model (the two-strategy campaign's shared start).
+            gen_dir = root / (
+                f"seed-{config.seed}-gen-0" + ("" if arm.labels == "oracle" else f"-{arm.labels}")
+                if generation == 0
+                else f"{arm.name}-gen-{generation}"
+            )
+            model, tokenizer, seconds = _train_and_load(training, gen_dir, config, backbone, outcome=arm.is_orm)
+            evaluation = _evaluate(model, tokenizer, held_out, config, reduction)
             erroneous = [s for s in chosen if s.first_error is not None]
             metrics = GenerationMetrics(
                 generation=generation,
-                labeled_solutions=oracle.solutions_labeled,
-                step_labels=oracle.step_labels,
+                labeled_solutions=solutions_labeled,
+                step_labels=human_step_labels,
                 selected_wrong_answer_share=sum(not s.final_correct for s in chosen) / max(1, len(chosen)),
                 selected_error_free_share=sum(s.first_error is None for s in chosen) / max(1, len(chosen)),
                 selected_subtle_share=sum(bool(s.subtle) for s in erroneous) / max(1, len(erroneous)),
@@ -412,11 +491,12 @@ def run_campaign_config(
                 step_auroc=evaluation.step_auroc,
                 best_of_n=evaluation.best_of_n,
                 train_seconds=seconds,
+                trained_on=len(drawn) if arm.labels == "outcome_pool" else solutions_labeled,
             )
             history.append(metrics)
             n = max(config.best_of_n_sizes)
             say(
-                f"{strategy} seed={config.seed} gen={generation} labels={metrics.labeled_solutions} "
+                f"{arm.name} seed={config.seed} gen={generation} labels={metrics.labeled_solutions} "
                 f"steps={metrics.step_labels} f1={evaluation.f1:.3f} auroc={evaluation.step_auroc:.3f} "
                 f"bon@{n}={evaluation.best_of_n[n]['prm']:.3f}/maj {evaluation.best_of_n[n]['majority']:.3f} "
                 f"picked_wrong={metrics.selected_wrong_answer_share:.2f} ({seconds:.0f}s)"
@@ -424,14 +504,15 @@ def run_campaign_config(
             if generation + 1 < config.generations:
                 if config.pool == "fresh":
                     pool = pool_solutions(problems, config, generation + 1)
-                if strategy == "convincing":
+                    drawn.extend(pool)
+                if arm.selection == "convincing":
                     unlabeled = [s for s in pool if s.solution_id not in labeled_ids]
-                    scored = _score(model, tokenizer, texts, unlabeled, config.score_batch_size)
+                    scored = _score(model, tokenizer, texts, unlabeled, config.score_batch_size, reduction)
                     scores = {s.solution_id: r.score for s, r in zip(unlabeled, scored, strict=True)}
-            if generation > 0:  # generation 0's PRM is shared between the strategies and stays
+            if generation > 0:  # generation 0's model is shared between the arms and stays
                 shutil.rmtree(gen_dir, ignore_errors=True)
         return CampaignResult(
-            strategy=strategy,
+            strategy=arm.name,
             config=config,
             generations=tuple(history),
             zero_shot_auroc=_shared_zero_shot(root / f"seed-{config.seed}-zero-shot.json", backbone, held_out, config),
@@ -439,6 +520,15 @@ def run_campaign_config(
     finally:
         if owned:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def _graded(texts: dict[str, str], solutions: Sequence[GeneratedSolution]) -> list[Any]:
+    """Outcome labels: each solution's final answer as the automatic grader judges it."""
+    from activelearn.prm.data import OutcomeSolution
+
+    return [
+        OutcomeSolution(s.problem_id, texts[s.problem_id], s.step_texts, correct=s.final_correct) for s in solutions
+    ]
 
 
 # ------------------------------------------------------------------ data efficiency
