@@ -553,6 +553,8 @@ class Sweep:
                 ax.plot(*zip(*defined, strict=True), color="#d6604d")
             ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
             ax.axhline(2.0, color="grey", linestyle=":", linewidth=1)
+            # Every share on the axis, also those where the factor is undefined.
+            ax.set_xlim(min(shares) - 0.05, max(shares) + 0.05)
             ax.set_xlabel("systematic share of the generator's errors")
             ax.set_ylabel("data efficiency, convincing / uniform")
             ax.set_title(metric)
