@@ -46,6 +46,9 @@ def _fast_demo(settings, monkeypatch):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     # Deterministic hand-outs: no QC item drawn instead of the next task.
     settings.QC_RATE = 0.0
+    # The well-known defaults are refused on PostgreSQL (a non-local database).
+    monkeypatch.setenv("DEMO_ADMIN_PASSWORD", "demo-admin-pw")
+    monkeypatch.setenv("DEMO_LABELER_PASSWORD", "demo-labeler-pw")
 
     # Parsing the 70 MB dataset is most of a load's time; read it once per size.
     def cached(*, solutions_per_problem: int | None) -> list[demo.DemoProblem]:
