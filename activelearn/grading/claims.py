@@ -7,7 +7,8 @@ rules read them the way a grader reads a conclusion:
 * **yes / no**: a leading "Yes" or "No" decides. Otherwise a statement is negative
   when its main clause is negated an odd number of times ("is not", "cannot",
   "impossible", "there are no", "does not exist", ...) and positive when it is a
-  statement with a verb and no such negation. A bare formula has no polarity.
+  statement with a verb and no such negation, or a formula asserting an inequality
+  ("a_9000 > 30", "x_n \\ne 0 for all n"). A bare value or equation has no polarity.
 * **none**: a negative statement that there is nothing: "no solutions", "there are
   no such values", "does not exist", "impossible", "not possible", "none".
 * **all**: "all values", "all of them", "for all 1000 values", "every value", not negated.
@@ -48,7 +49,8 @@ _HEDGE = re.compile(
     r"|\bnot enough information\b|\binconclusive\b|\bundetermined\b|\bunclear\b|\bmay or may not\b"
     r"|\bit depends\b|\bdepends on\b|\bwithout (?:further|more|additional|a|an)\b[^.]*\b(?:information|analysis|"
     r"computation|calculation|knowledge|testing|checking|tools?)\b|\bit(?:'s| is) (?:possible|likely|unlikely) that\b"
-    r"|\b(?:might|perhaps|possibly|probably|likely|seems?|appears? to)\b",
+    r"|\b(?:might|perhaps|possibly|probably|likely|seems?|appears? to)\b"
+    r"|\b(?:would|will) (?:need|have) to\b|\brequires? (?:further|more|additional)\b",
     re.IGNORECASE,
 )
 _NEGATORS = re.compile(
@@ -123,6 +125,11 @@ def _negations(text: str) -> int:
     return len(_NEGATORS.findall(prose))
 
 
+# A formula that asserts an inequality states something, as a sentence does; an equation
+# ("x = 5") is more often a value than a claim, so it does not.
+_INEQUALITY = re.compile(r"(?<![<>-])[<>](?![<>])|\\(?:le|ge|leq|geq|ne|neq|lt|gt)\b|[\u2264\u2265\u2260]|!=")
+
+
 def polarity(text: str) -> Polarity | None:
     """Yes or no, or None when the text answers neither (a formula, a hedge)."""
     if hedges(text):
@@ -133,8 +140,8 @@ def polarity(text: str) -> Polarity | None:
     negations = _negations(text)
     if negations % 2:
         return Polarity.NO
-    if negations or is_statement(text):
-        return Polarity.YES
+    if negations or is_statement(text) or _INEQUALITY.search(text):
+        return Polarity.YES  # "a_9000 > 30", "x_n \\ne 0 for all n": a claim, like one in words
     return None
 
 
@@ -228,6 +235,11 @@ def _count_of(match: re.Match[str]) -> Count:
     word = (match.group("bounded") or match.group("number") or match.group("stated")).lower()
     bound = BOUND_WORDS[match.group("bound").lower()] if match.group("bound") else None
     return Count(bound, str(NUMBER_WORDS.get(word, word)))
+
+
+def count_bound_in(text: str) -> bool:
+    """The text holds a bounded count ("at most one zero"), wherever it is."""
+    return any(match.group("bound") for match in BOUNDED_COUNT.finditer(text))
 
 
 def bounded_count(text: str) -> Count | None:

@@ -183,14 +183,15 @@ _FILLER = re.compile(
     re.IGNORECASE,
 )
 # A pointer back at what came before: "These are the three-digit automorphic numbers
-# where ...", "This formula can be used to ...". Unlike the remarks above it may go on to
+# where ...", "This formula can be used to ...", "This is because ...". Unlike the remarks above it may go on to
 # conclude ("This is the only case, so no such polyhedron exists").
 _POINTER = re.compile(
     r"^(?:(?:this|these|that|those) (?:is|are) (?:the|all the|our)\b"
     r"|(?:this|these|that|those|the above) (?:[\w-]+ ){0,3}?(?:expression|formula|equation|result|answer|values?|"
     r"identity|numbers?|sums?|recurrence|relation|method|approach|solutions?|reasoning|argument|pattern)s? "
     r"(?:represents?|gives?|accounts?|can|could|will|would|should|may|might|holds?|applies|works?|counts?|"
-    r"describes?|provides?|(?:is|are) (?:valid|correct|true|the|our|an?|all)\b))",
+    r"describes?|provides?|(?:is|are) (?:valid|correct|true|the|our|an?|all))\b"
+    r"|(?:this|that) is (?:because|since|due to)\b)",
     re.IGNORECASE,
 )
 _FORMULA_IN_HEAD = re.compile(r"\d|\x00|=")
@@ -226,6 +227,8 @@ _DELIMITERS_ONLY = re.compile(r"^(?:\$\$?|\\[\[\]()]|\\(?:begin|end)\{\w+\*?\}|\
 def _is_filler(statement: str) -> bool:
     if _DELIMITERS_ONLY.match(statement):
         return True
+    if _display(statement) is not None:
+        return False  # "This is the closed-form formula for the sum: <display>" states it
     head = " ".join(statement.split()[:8])
     if not _FORMULA_IN_HEAD.search(head):
         if _FILLER.match(statement):
@@ -236,11 +239,16 @@ def _is_filler(statement: str) -> bool:
     return bool(_UNCHANGED.match(_main_clause(statement)))
 
 
+_GIVEN_VALUE = re.compile(r"(?<![\w)\]])[a-zA-Z](?:_\w+)?\s*=\s*-?[\d(]")
+
+
 def _display(statement: str) -> str | None:
     """The formula a statement ends in after a colon ("... is the zero polynomial: f(x) = 0"), or None."""
     if ":" not in statement:
         return None
-    tail = statement.rsplit(":", 1)[1].strip()
+    head, tail = (part.strip() for part in statement.rsplit(":", 1))
+    if _NAMED_FORMULA.search(head) or _DENIAL.search(head):
+        return None  # "there are no integer solutions to the equation: ...": the claim is in the words
     run = math_run(tail.split(), 0) if tail else None
     return tail if run is not None and run.reaches_end else None
 
@@ -248,22 +256,28 @@ def _display(statement: str) -> str | None:
 def _concluding_statement(protected: Protected) -> tuple[str, bool] | None:
     """The sentence that concludes the text, and whether it is marked as a conclusion."""
     statements = _statements(protected)
-    remarks = 0
+    remarks: list[str] = []
     while statements and _is_filler(statements[-1]):
-        statements.pop()
-        remarks += 1
+        remarks.append(statements.pop())
     if not statements:
         return None
     if len(statements) == 1:
         return statements[0], True  # a bare answer or a one-sentence summary
-    display = _display(statements[-1]) if remarks else None
+    # A remark that gives a value itself ("This verifies that ... for k = -3") does not
+    # point at the display.
+    pointing = remarks and not any(_GIVEN_VALUE.search(remark) for remark in remarks)
+    display = _display(statements[-1]) if pointing else None
     if display is not None:
         # "... is the zero polynomial:\nf(x) = 0\nThis is the polynomial that ...": the
         # closing remark points at the formula displayed just before it.
         return display, True
     window = statements[-_CONCLUSION_WINDOW:]
     for statement in reversed(window):
-        if _CONCLUSION.match(statement) or _MID_CONCLUSION.search(statement):
+        if _CONCLUSION.match(statement):
+            return statement, True
+        if claims.hedges(statement):
+            continue  # "Given that ..., it is possible that ...": a guess, not a conclusion
+        if _MID_CONCLUSION.search(statement):
             return statement, True
         if _CAUSE.match(statement) and _CLAUSE_START.search(statement):
             return statement, True  # "Since ..., the sequence is increasing."
@@ -409,7 +423,8 @@ def _value_after(tokens: list[str], start: int, *, must_reach_end: bool) -> str 
         # "is greater than 1/15", "must be divisible by 5": a comparison, not a value; a
         # bounded count that ends the statement is one ("is at most two" -> "at most 2").
         bounded = claims.BOUNDED_COUNT.match(rest)
-        if bounded and UNIT_TAIL.match(rest[bounded.end() :].strip()):
+        # Not after "have" (``must_reach_end``): "For no n does P(x) have at least one root".
+        if bounded and not must_reach_end and UNIT_TAIL.match(rest[bounded.end() :].strip()):
             count = claims.bounded_count(rest)
             return f"{count.bound} {count.number}" if count and count.bound else None
         return None
@@ -548,7 +563,8 @@ def _reduce(statement: str, protected: Protected, *, concluded: bool = True) -> 
     if not clause:
         return None
     formula = _formula_of(clause, protected)
-    if formula is None and clause != full and not _DENIAL.search(clause):
+    # "can have at most one zero, which is 0": the bounded count is the claim, not the 0.
+    if formula is None and clause != full and not _DENIAL.search(clause) and not claims.count_bound_in(clause):
         formula = _formula_of(full, protected)
     if formula is not None:
         value = answer_of_formula(protected.restore(formula, delimiters=False))

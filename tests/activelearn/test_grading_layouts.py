@@ -87,6 +87,18 @@ YES_NO_STATEMENTS = [
         True,
     ),
     ("Therefore, $x$ is divisible by 1961.", "No", False),  # P_Number-Theory_45, PaLM 2: no yes or no in it
+    (  # P_Sequence_45, GPT-4 Turbo, direct concept with hint: an inequality as a formula is a claim too
+        "Since the cube root of 27000 is indeed greater than 30, we can conclude that \\( a_{9000} > 30 \\).",
+        "Yes",
+        True,
+    ),
+    ("Therefore, $x_n \\neq 0$ for all $n$.", "Yes", True),  # P_Sequence_37
+    (  # P_Sequence_45, GPT-4 Turbo, 5-shot: a hedge claims nothing
+        "We would need to use a more precise method to estimate the growth of the sequence or compute more terms "
+        "directly to determine the value of a_9000.",
+        "Yes",
+        False,
+    ),
 ]
 
 QUANTIFIED = [
