@@ -97,4 +97,12 @@ def test_an_export_under_load_is_one_snapshot_and_a_killed_export_leaves_the_pre
     third = export(fault_db, target)
     assert third.wait(120) == 0, third.stdout.read() if third.stdout else ""
     assert verified(target)["records"] == first_manifest["records"] + len(order) - k
-    assert sorted(p.name for p in out.iterdir()) == ["export.jsonl", "export.jsonl.manifest.json"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "export.jsonl",
+        "export.jsonl.manifest.json",
+        "export.jsonl.selection.jsonl",
+    ]
+    # The selection reasons name every record of the complete export, in order.
+    reasons = (out / "export.jsonl.selection.jsonl").read_text().splitlines()
+    assert [json.loads(line)["record"] for line in reasons] == list(range(1, len(reasons) + 1))
+    assert len(reasons) == verified(target)["records"]
