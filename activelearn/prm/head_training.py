@@ -137,6 +137,21 @@ def _evaluate(head: torch.nn.Linear, features: Features) -> tuple[float, float, 
     return loss, accuracy, majority, step_auroc
 
 
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    """A step of a linear head on a batch of 8 vectors is microseconds of arithmetic; on
+    several threads each operation waits at the thread pool's barrier, and on a busy
+    machine (a worker sharing its cores) that wait took 10-30 ms a step, a minute for the
+    default recipe's 1,765 steps on CHAMP against 3 s on one thread."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+@_one_thread()
 def fit_head(
     model: ProcessRewardModel,
     train: Features,
@@ -154,41 +169,6 @@ def fit_head(
     """Fit ``model.head`` on standardised features; returns the (step, loss) curve."""
     if len(train.classes) == 0:
         raise ValueError("no labeled steps to train on")
-    with _one_thread():
-        return _fit_head(
-            model, train, validation, epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
-            weight_decay=weight_decay, class_weights=class_weights, seed=seed, on_step=on_step, on_epoch=on_epoch,
-        )  # fmt: skip
-
-
-@contextmanager
-def _one_thread() -> Iterator[None]:
-    """A step of a linear head on a batch of 8 vectors is microseconds of arithmetic; on
-    several threads each operation waits at the thread pool's barrier, and on a busy
-    machine (a worker sharing its cores) that wait took 10-30 ms a step, a minute for the
-    default recipe's 1,765 steps on CHAMP against 3 s on one thread."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _fit_head(
-    model: ProcessRewardModel,
-    train: Features,
-    validation: Features,
-    *,
-    epochs: int,
-    batch_size: int,
-    learning_rate: float,
-    weight_decay: float,
-    class_weights: torch.Tensor | None,
-    seed: int,
-    on_step: Callable[[int, int, float], None] | None,
-    on_epoch: Callable[[HeadEpoch], None] | None,
-) -> list[tuple[int, float]]:
     mean = train.vectors.mean(dim=0)
     scale = train.vectors.std(dim=0).clamp_min(1e-6)
     standard_train = Features((train.vectors - mean) / scale, train.classes, train.weights)
