@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 from activelearn.prm.backbones import load_tokenizer, minilm_directory
 from activelearn.prm.data import LabeledSolution, LabeledStep, RatedCompletion
 from activelearn.prm.modeling import ProcessRewardModel
+from activelearn.prm.training import TrainConfig
 
 FILLER = ["we", "now", "compute", "the", "value", "then", "add", "both", "sides", "so", "it", "follows"]
 
@@ -68,3 +70,21 @@ def save_tiny_llama(
     LlamaModel(config).to(dtype).save_pretrained(str(directory))
     tokenizer.save_pretrained(str(directory))
     return directory
+
+
+def tiny_config(output_dir: Path, **overrides: Any) -> TrainConfig:
+    """A few-second training run of a tiny random BERT, no intermediate checkpoints."""
+    values: dict[str, Any] = dict(
+        output_dir=output_dir,
+        backbone="tiny:bert",
+        learning_rate=1e-2,
+        num_epochs=3,
+        batch_size=16,
+        max_length=64,
+        max_problem_tokens=16,
+        warmup_ratio=0.0,
+        checkpoint_every=0,
+        seed=1,
+    )
+    values.update(overrides)
+    return TrainConfig(**values)

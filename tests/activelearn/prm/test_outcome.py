@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -19,9 +17,9 @@ from activelearn.prm.data import StepExample, outcome_example, training_examples
 from activelearn.prm.evaluation import auroc
 from activelearn.prm.modeling import CONFIG_FILE, NEGATIVE, POSITIVE, PRMConfig, ProcessRewardModel
 from activelearn.prm.scoring import score_solutions
-from activelearn.prm.training import TrainConfig, TrainResult, class_weights, train_prm
+from activelearn.prm.training import TrainResult, class_weights, train_prm
 
-from .conftest import FILLER, keyword_solutions
+from .conftest import FILLER, keyword_solutions, tiny_config
 
 
 def outcome_solutions(count: int, seed: int) -> list[OutcomeSolution]:
@@ -37,23 +35,6 @@ def outcome_solutions(count: int, seed: int) -> list[OutcomeSolution]:
             OutcomeSolution(f"o{seed}-{index}", f"problem number {index}", (*earlier, final), correct=correct)
         )
     return solutions
-
-
-def _config(output_dir: Path, **overrides: Any) -> TrainConfig:
-    values: dict[str, Any] = dict(
-        output_dir=output_dir,
-        backbone="tiny:bert",
-        learning_rate=1e-2,
-        num_epochs=3,
-        batch_size=16,
-        max_length=64,
-        max_problem_tokens=16,
-        warmup_ratio=0.0,
-        checkpoint_every=0,
-        seed=1,
-    )
-    values.update(overrides)
-    return TrainConfig(**values)
 
 
 def _held_out_final_step_auroc(result: TrainResult, held_out: list[OutcomeSolution]) -> float:
@@ -75,7 +56,7 @@ def test_an_orm_learns_whether_the_answer_is_right_from_answer_verdicts_alone(tm
     held_out = outcome_solutions(60, seed=3)
     result = train_prm(
         outcome_solutions(160, seed=1),
-        _config(tmp_path, objective="outcome", **overrides),
+        tiny_config(tmp_path, objective="outcome", **overrides),
         validation=outcome_solutions(40, seed=2),
     )
     assert result.outcome_labels == 160 and result.human_labels == 0
@@ -105,7 +86,7 @@ def test_a_prm_saved_before_objectives_existed_reads_as_a_process_model(tmp_path
 def test_an_orm_refuses_human_step_labels_and_says_which_item(tmp_path):
     items = [*outcome_solutions(3, seed=1), *keyword_solutions(1, seed=1)]
     with pytest.raises(ValueError, match=r"OutcomeSolution items only; item 3 is a LabeledSolution \(problem 'p1-0'\)"):
-        train_prm(items, _config(tmp_path, objective="outcome"), validation=[])
+        train_prm(items, tiny_config(tmp_path, objective="outcome"), validation=[])
     assert not (tmp_path / "final").exists()
 
 
@@ -121,7 +102,7 @@ def test_an_orm_refuses_human_step_labels_and_says_which_item(tmp_path):
 )
 def test_bad_outcome_options_are_refused_when_the_config_is_made(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
-        _config(tmp_path, **overrides)
+        tiny_config(tmp_path, **overrides)
 
 
 @pytest.mark.parametrize("weight", [-0.5, float("inf")])
@@ -201,11 +182,11 @@ def test_outcome_labels_at_weight_zero_change_nothing_and_at_a_positive_weight_c
     mixed = [item for pair in zip(human, outcome, strict=True) for item in pair]
     options = dict(freeze_layers=freeze_layers, num_epochs=2)
 
-    alone = train_prm(human, _config(tmp_path / "alone", **options), validation=validation)
-    ignored = train_prm(mixed, _config(tmp_path / "zero", outcome_weight=0.0, **options), validation=validation)
+    alone = train_prm(human, tiny_config(tmp_path / "alone", **options), validation=validation)
+    ignored = train_prm(mixed, tiny_config(tmp_path / "zero", outcome_weight=0.0, **options), validation=validation)
     used = train_prm(
         mixed,
-        _config(tmp_path / "half", outcome_weight=0.5, outcome_targets="every_step", **options),
+        tiny_config(tmp_path / "half", outcome_weight=0.5, outcome_targets="every_step", **options),
         validation=validation,
     )
     for name, tensor in _head(alone).items():

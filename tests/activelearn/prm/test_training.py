@@ -2,7 +2,6 @@ import dataclasses
 import json
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -23,24 +22,7 @@ from activelearn.prm.training import (
     train_prm,
 )
 
-from .conftest import keyword_solutions
-
-
-def _config(output_dir: Path, **overrides: Any) -> TrainConfig:
-    values: dict[str, Any] = dict(
-        output_dir=output_dir,
-        backbone="tiny:bert",
-        learning_rate=1e-2,
-        num_epochs=3,
-        batch_size=16,
-        max_length=64,
-        max_problem_tokens=16,
-        warmup_ratio=0.0,
-        checkpoint_every=0,
-        seed=1,
-    )
-    values.update(overrides)
-    return TrainConfig(**values)
+from .conftest import keyword_solutions, tiny_config
 
 
 def test_training_learns_a_synthetic_step_task(tmp_path):
@@ -48,7 +30,10 @@ def test_training_learns_a_synthetic_step_task(tmp_path):
     validation = keyword_solutions(40, seed=2)
     seen = []
     result = train_prm(
-        train, _config(tmp_path), validation=validation, progress=lambda step, total, loss: seen.append((step, total))
+        train,
+        tiny_config(tmp_path),
+        validation=validation,
+        progress=lambda step, total, loss: seen.append((step, total)),
     )
     losses = [loss for _, loss in result.train_loss_curve]
     assert len(losses) == result.optimizer_steps == 30 and seen[-1] == (30, 30)
@@ -69,7 +54,7 @@ def _final_weights(result: TrainResult) -> dict[str, torch.Tensor]:
 def test_an_interrupted_run_resumes_from_its_checkpoint_and_matches_an_uninterrupted_one(tmp_path):
     data = keyword_solutions(48, seed=3)
     overrides = dict(num_epochs=2, batch_size=8, checkpoint_every=2, gradient_accumulation_steps=2, learning_rate=1e-3)
-    reference = train_prm(data, _config(tmp_path / "a", **overrides), validation=[])
+    reference = train_prm(data, tiny_config(tmp_path / "a", **overrides), validation=[])
     assert reference.optimizer_steps == 6
 
     class Stop(Exception):
@@ -80,7 +65,7 @@ def test_an_interrupted_run_resumes_from_its_checkpoint_and_matches_an_uninterru
             raise Stop
 
     with pytest.raises(Stop):
-        train_prm(data, _config(tmp_path / "b", **overrides), validation=[], progress=stop_at_three)
+        train_prm(data, tiny_config(tmp_path / "b", **overrides), validation=[], progress=stop_at_three)
     checkpoint = latest_checkpoint(tmp_path / "b")
     assert checkpoint is not None and checkpoint.name == "checkpoint-00000002"
     assert not (tmp_path / "b" / "final").exists()
@@ -88,7 +73,7 @@ def test_an_interrupted_run_resumes_from_its_checkpoint_and_matches_an_uninterru
     steps_after_resume = []
     resumed = train_prm(
         data,
-        _config(tmp_path / "b", **overrides),
+        tiny_config(tmp_path / "b", **overrides),
         validation=[],
         progress=lambda step, total, loss: steps_after_resume.append(step),
     )
@@ -118,7 +103,7 @@ def test_every_epoch_reports_auroc_and_the_majority_baseline_and_validation_pick
     train = keyword_solutions(99, seed=4)
     validation = _with_whole_solutions(keyword_solutions(24, seed=5))
     reports: list[EpochReport] = []
-    config = _config(tmp_path, num_epochs=2, eval_batch_size=16)
+    config = tiny_config(tmp_path, num_epochs=2, eval_batch_size=16)
     result = train_prm(train, config, validation=validation, on_epoch=reports.append)
     assert [r.epoch for r in reports] == [1, 2] and reports[-1].step == result.optimizer_steps
     labels = [step.completions[0].rating for s in validation for step in s.steps]
@@ -146,7 +131,7 @@ def test_a_frozen_backbone_trains_only_the_head_on_features_computed_once(tmp_pa
     validation = keyword_solutions(40, seed=7)
     result = train_prm(
         train,
-        _config(tmp_path, freeze_layers=99, num_epochs=20, learning_rate=1e-2, seed=0),
+        tiny_config(tmp_path, freeze_layers=99, num_epochs=20, learning_rate=1e-2, seed=0),
         validation=validation,
     )
     assert result.optimizer_steps == 20 * 30  # 480 labeled steps in batches of 16
