@@ -106,18 +106,11 @@ class TrainingDataFilters:
         return q
 
     def to_json(self) -> dict[str, Any]:
-        values = dict(self.__dict__)
-        for key in ("generations", "splits", "problem_ids"):
-            values[key] = None if values[key] is None else list(values[key])
-        return values
+        return _filters_json(self.__dict__)
 
     @classmethod
     def from_json(cls, values: dict[str, Any]) -> TrainingDataFilters:
-        values = dict(values)
-        for key in ("generations", "splits", "problem_ids"):
-            if values.get(key) is not None:
-                values[key] = tuple(values[key])
-        return cls(**values)
+        return cls(**_filters_from_json(values))
 
 
 @dataclass(frozen=True)
@@ -147,18 +140,30 @@ class OutcomeDataFilters:
             raise OutcomeSelectionError(f"the outcome solution count must be at least 1, got {self.count}")
 
     def to_json(self) -> dict[str, Any]:
-        values = dict(self.__dict__)
-        for key in ("splits", "problem_ids", "generations"):
-            values[key] = None if values[key] is None else list(values[key])
-        return values
+        return _filters_json(self.__dict__)
 
     @classmethod
     def from_json(cls, values: dict[str, Any]) -> OutcomeDataFilters:
-        values = dict(values)
-        for key in ("splits", "problem_ids", "generations"):
-            if values.get(key) is not None:
-                values[key] = tuple(values[key])
-        return cls(**values)
+        return cls(**_filters_from_json(values))
+
+
+# The tuple fields of both filter kinds, stored as JSON lists (checkpoint hyperparameters).
+_TUPLE_FIELDS = ("generations", "splits", "problem_ids")
+
+
+def _filters_json(fields: dict[str, Any]) -> dict[str, Any]:
+    values = dict(fields)
+    for key in _TUPLE_FIELDS:
+        values[key] = None if values[key] is None else list(values[key])
+    return values
+
+
+def _filters_from_json(stored: dict[str, Any]) -> dict[str, Any]:
+    values = dict(stored)
+    for key in _TUPLE_FIELDS:
+        if values.get(key) is not None:
+            values[key] = tuple(values[key])
+    return values
 
 
 class OutcomeSelectionError(ValueError):
