@@ -326,6 +326,32 @@ def _perturb_digit(value: int, rng: random.Random) -> int:
     return value + 1
 
 
+def _compute_step(
+    template: str,
+    written: Expression,
+    expected: Expression,
+    plan_step: PlanStep,
+    index: int,
+    *,
+    error: ErrorKind | None = None,
+    subtle: bool | None = None,
+    misconception: str | None = None,
+) -> GeneratedStep:
+    """A compute step as written (``written``) beside what the plan called for."""
+    return GeneratedStep(
+        text=_render(template, written, plan_step),
+        kind="compute",
+        written=written,
+        expected=expected,
+        value=written.result,
+        expected_value=expected.result,
+        error=error,
+        subtle=subtle,
+        plan_index=index,
+        misconception=misconception,
+    )
+
+
 def _render(template: str, expression: Expression, plan_step: PlanStep) -> str:
     return template.format(
         l=expression.left,
@@ -574,16 +600,14 @@ def _execute(
             written = Expression(left, plan_step.operator, wrong_right, apply(plan_step.operator, left, wrong_right))
             written_values.append(written.result)
             steps.append(
-                GeneratedStep(
-                    text=_render(template, written, plan_step),
-                    kind="compute",
-                    written=written,
-                    expected=expected,
-                    value=written.result,
-                    expected_value=expected.result,
+                _compute_step(
+                    template,
+                    written,
+                    expected,
+                    plan_step,
+                    index,
                     error=kind_of_skip,
                     subtle=kind_of_skip == "misconception",
-                    plan_index=index,
                     misconception="forget_multiply" if kind_of_skip == "misconception" else None,
                 )
             )
@@ -602,16 +626,14 @@ def _execute(
             written = _misconceived(rule, plan, index, left, right, written_values)
             written_values.append(written.result)
             steps.append(
-                GeneratedStep(
-                    text=_render(template, written, plan_step),
-                    kind="compute",
-                    written=written,
-                    expected=expected,
-                    value=written.result,
-                    expected_value=expected.result,
+                _compute_step(
+                    template,
+                    written,
+                    expected,
+                    plan_step,
+                    index,
                     error="misconception" if written != expected else None,
                     subtle=True if written != expected else None,
-                    plan_index=index,
                     misconception=rule.name if written != expected else None,
                 )
             )
@@ -622,17 +644,7 @@ def _execute(
         inject = index == first_error_at or (erred and rng.random() < config.later_error_rate)
         if not inject:
             written_values.append(expected.result)
-            steps.append(
-                GeneratedStep(
-                    text=_render(template, expected, plan_step),
-                    kind="compute",
-                    written=expected,
-                    expected=expected,
-                    value=expected.result,
-                    expected_value=expected.result,
-                    plan_index=index,
-                )
-            )
+            steps.append(_compute_step(template, expected, expected, plan_step, index))
             continue
 
         subtle = first_subtle if index == first_error_at else rng.random() < config.subtle_share
@@ -650,19 +662,7 @@ def _execute(
             continue
         written = _inject(kind, expected, plan_step, subtle, error_rng)
         written_values.append(written.result)
-        steps.append(
-            GeneratedStep(
-                text=_render(template, written, plan_step),
-                kind="compute",
-                written=written,
-                expected=expected,
-                value=written.result,
-                expected_value=expected.result,
-                error=kind,
-                subtle=subtle,
-                plan_index=index,
-            )
-        )
+        steps.append(_compute_step(template, written, expected, plan_step, index, error=kind, subtle=subtle))
 
     final_value = written_values[-1]
     answer = final_value
