@@ -331,6 +331,7 @@ def checkpoint_run(
                 progress=_heartbeat_progress(checkpoint_id, progress, pulse),
                 on_epoch=None if on_epoch is None else (lambda report: on_epoch(asdict(report))),
                 run_id=checkpoint.run_id.hex,
+                selection_pool=training_set.selection_pool,
             )
     except BaseException as error:
         checkpoint_transition(

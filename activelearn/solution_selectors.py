@@ -35,10 +35,12 @@ def solutions_matching(
     if splits:
         queryset = queryset.filter(problem__split__in=splits)
     if problem_ids:
-        match = Q()
+        # Exact ids as one IN: a chain of a thousand ORs is past SQLite's expression depth.
+        exact = [problem for problem in problem_ids if not problem.endswith("*")]
+        match = Q(problem__unique_id__in=exact) if exact else Q()
         for problem in problem_ids:
-            prefix = problem.endswith("*")
-            match |= Q(problem__unique_id__startswith=problem[:-1]) if prefix else Q(problem__unique_id=problem)
+            if problem.endswith("*"):
+                match |= Q(problem__unique_id__startswith=problem[:-1])
         queryset = queryset.filter(match)
     if generations:
         # EXISTS rather than a join: a solution served in several generations stays one row.

@@ -186,6 +186,9 @@ class TrainingSet:
     # training labels (then ``outcome_validation`` is empty: a PRM validates on human labels).
     outcome_train: list[OutcomeSolution] = field(default_factory=list)
     outcome_validation: list[OutcomeSolution] = field(default_factory=list)
+    # A PRM's graded solutions of its validation problems: not trained or validated on,
+    # only scored to choose how step scores become a solution score (prm.calibration).
+    selection_pool: list[OutcomeSolution] = field(default_factory=list)
 
     @property
     def solutions(self) -> int:
@@ -356,7 +359,27 @@ def training_set_build(
         filters=filters,
         validation_filters=validation_filters,
         outcome_train=extra,
+        selection_pool=_selection_pool(validation, validation_filters, trained=[*train, *extra]),
     )
+
+
+def _selection_pool(
+    validation: Sequence[LabeledSolution],
+    validation_filters: TrainingDataFilters | None,
+    *,
+    trained: Sequence[LabeledSolution | OutcomeSolution],
+) -> list[OutcomeSolution]:
+    """The graded solutions of the validation problems: the validation splits' or problems'
+    when the validation labels were chosen by split or problem, else those of the problems
+    the validation labels are on. A problem trained on is never in it."""
+    if validation_filters is not None and (validation_filters.splits or validation_filters.problem_ids):
+        filters = OutcomeDataFilters(splits=validation_filters.splits, problem_ids=validation_filters.problem_ids)
+    elif validation:
+        filters = OutcomeDataFilters(problem_ids=tuple(sorted({s.problem_id for s in validation})))
+    else:
+        return []
+    seen = {s.problem_id for s in trained}
+    return [s for s in outcome_solutions_list(filters=filters) if s.problem_id not in seen]
 
 
 class OverlappingSplitsError(ValueError):

@@ -282,21 +282,13 @@ def _cell(values: list[float | None]) -> str:
 ARM_ORDER = ("PRM", "ORM, equal solutions", "ORM, whole pool", "PRM + outcome (chosen on validation)")
 
 
-# The PRM's solution score for best-of-N: the aggregation with the best best-of-4 on the
-# validation split's pool (more validation problems fill 4 than 16), ties to the earlier
-# name. Chosen on validation only; an ORM's score is its final step's.
-AGGREGATIONS = ("min", "product", "mean", "last")
-CHOOSE_AT = "4"
-
-
+# The PRM's solution score for best-of-N: its checkpoint's aggregation, which training
+# chooses by the best expected best-of-4 on the validation problems' graded pool
+# (activelearn.prm.calibration). An ORM's score is its final step's.
 def picked_aggregation(arm: str, entry: dict[str, Any]) -> str:
     if "ORM" in arm:
         return "last"
-    row = ((entry.get("validation") or {}).get("best_of_n") or {}).get(CHOOSE_AT) or {}
-    values = {name: row.get(f"prm_{name}") for name in AGGREGATIONS if row.get(f"prm_{name}") is not None}
-    if not values:
-        return str((entry.get("test") or {}).get("aggregation") or "min")
-    return max(values, key=lambda name: (float(values[name]), -AGGREGATIONS.index(name)))
+    return str((entry.get("test") or {}).get("aggregation") or "min")
 
 
 def _pick(arm: str, entry: dict[str, Any], n: str) -> tuple[float | None, Any, Any, str]:
@@ -321,8 +313,9 @@ def report(results: dict[str, Any], args: argparse.Namespace, seconds: float) ->
         f"{args.validation:.1f} / {args.test:.1f} of the problems); test split; mean over seeds "
         f"[95% t-interval over seeds]. Best-of-{n}: the expected accuracy over subsets of the test problems' "
         f"pool (`evaluate_prm`), answers grouped by the grader's equivalence for the votes. The pick is the "
-        f"highest solution score under the aggregation with the best validation best-of-{CHOOSE_AT} "
-        f"(an ORM: its final-step score); the weighted vote sums the checkpoint's own solution scores per answer.",
+        f"highest solution score under the checkpoint's aggregation, which training chooses by the best expected "
+        f"best-of-4 on the validation problems' graded pool (an ORM: its final-step score); the weighted vote "
+        f"sums the same solution scores per answer.",
         "",
         f"| arm | step AUROC (chance 0.5) | first-error F1 | F1 random at prior | best-of-{n}: pick "
         f"| weighted vote | majority vote | pick - majority | weighted - majority |",
@@ -450,9 +443,8 @@ def curve_table(results: dict[str, Any], seeds: list[str], n: str) -> list[str]:
     lines = [
         "",
         "Learning curves (test split, mean over seeds [95% t-interval]): each point is a checkpoint trained on that "
-        "many labeled solutions, human step labels for the PRM, the grader's verdicts for the ORM. The curve's points "
-        "are not evaluated on validation, so its pick is the checkpoint's own aggregation (the PRM's: min, by "
-        "`AGGREGATION_MARGIN`), not the validation-chosen one of the table above.",
+        "many labeled solutions, human step labels for the PRM, the grader's verdicts for the ORM. A PRM's pick uses "
+        "its checkpoint's aggregation, chosen in training on the validation problems' graded pool as above.",
         "",
         f"| labels | solutions (mean) | step AUROC | first-error F1 | best-of-{n}: pick (checkpoint's aggregation) "
         f"| pick - majority | weighted - majority |",

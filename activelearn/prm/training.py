@@ -42,6 +42,7 @@ from activelearn.prm.data import (
     LabeledSolution,
     NeutralHandling,
     Objective,
+    OutcomeSolution,
     OutcomeTargets,
     StepExample,
     TrainingItem,
@@ -387,6 +388,7 @@ def train_prm(
     progress: ProgressCallback | None = None,
     on_epoch: Callable[[EpochReport], None] | None = None,
     run_id: str | None = None,
+    selection_pool: Sequence[OutcomeSolution] = (),
 ) -> TrainResult:
     """Train, checkpointing into ``config.output_dir``; resumes if a checkpoint is there.
 
@@ -398,7 +400,8 @@ def train_prm(
     With ``validation=None`` the solutions are split by problem id (``val_fraction``), so a
     problem never lands on both sides. After every epoch the validation set is evaluated
     (``on_epoch`` gets the report); at the end its labeled solutions choose the
-    first-error threshold and the solution aggregation (``calibration``).
+    first-error threshold, and ``selection_pool`` (graded solutions of the validation
+    problems) the solution aggregation (``calibration``).
 
     Items may mix human-labeled solutions (``LabeledSolution``, ``StepExample``) and
     answer-labeled ones (``OutcomeSolution``; ``config.outcome_weight`` and
@@ -457,7 +460,7 @@ def train_prm(
     if backbone_is_frozen(model):
         return _train_head_only(
             config, model, tokenizer, train_sequences, val_sequences, val_items, encoder.pad_id, started, progress,
-            on_epoch, labels_by_source,
+            on_epoch, labels_by_source, selection_pool,
         )  # fmt: skip
     # Multiples of 8 let tensor cores run at full speed; on CPU it would only add padding.
     collator = TrainingCollator(pad_id=encoder.pad_id, pad_to_multiple_of=8 if cuda else 1)
@@ -568,7 +571,7 @@ def train_prm(
     if config.objective == "outcome":
         calibration = outcome_calibration(len(val_items))
     elif accelerator.is_main_process:
-        calibration = _calibrate_process(unwrapped, tokenizer, val_items, config.eval_batch_size)
+        calibration = _calibrate_process(unwrapped, tokenizer, val_items, config.eval_batch_size, selection_pool)
     result = TrainResult(
         final_dir=final_dir,
         train_loss_curve=state.loss_curve,
@@ -600,13 +603,15 @@ def _calibrate_process(
     tokenizer: PreTrainedTokenizerBase,
     val_items: Sequence[TrainingItem],
     batch_size: int,
+    pool: Sequence[OutcomeSolution],
 ) -> dict[str, Any] | None:
-    """Threshold and aggregation from the human-labeled validation solutions (outcome
-    solutions carry no first error to choose a threshold on)."""
+    """Threshold from the human-labeled validation solutions (outcome solutions carry no
+    first error to choose a threshold on), aggregation from the validation problems' graded
+    ``pool``."""
     labeled_validation = [item for item in val_items if isinstance(item, LabeledSolution)]
     if not labeled_validation:
         return None
-    found = calibrate(model, tokenizer, labeled_validation, batch_size=batch_size)
+    found = calibrate(model, tokenizer, labeled_validation, batch_size=batch_size, pool=pool)
     return found.to_json() if found is not None else None
 
 
@@ -622,6 +627,7 @@ def _train_head_only(
     progress: ProgressCallback | None,
     on_epoch: Callable[[EpochReport], None] | None,
     labels_by_source: tuple[int, int],
+    selection_pool: Sequence[OutcomeSolution],
 ) -> TrainResult:
     """The frozen-backbone path: features once, then the head (see ``head_training``).
 
@@ -681,7 +687,7 @@ def _train_head_only(
     calibration = (
         outcome_calibration(len(val_items))
         if config.objective == "outcome"
-        else _calibrate_process(model, tokenizer, val_items, config.eval_batch_size)
+        else _calibrate_process(model, tokenizer, val_items, config.eval_batch_size, selection_pool)
     )
     last = epochs[-1]
     result = TrainResult(

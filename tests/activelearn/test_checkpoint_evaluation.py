@@ -227,6 +227,40 @@ def test_it_trains_on_one_split_validates_on_another_and_evaluates_on_a_third(se
     assert validation_ids
 
 
+def test_it_chooses_the_aggregation_on_the_validation_problems_graded_solutions(settings, tmp_path):
+    settings.CHECKPOINT_DIR = tmp_path
+    train_ids = _split_labels("train", 8, seed=11)
+    validation_ids = _split_labels("validation", 3, seed=12)
+    # Graded solutions (no human label): five on each of two validation problems, three on
+    # the third (too few for best-of-4), and some on a training problem, which stays out.
+    for unique_id, count in [(validation_ids[0], 5), (validation_ids[1], 5), (validation_ids[2], 3)]:
+        of = Problem.objects.get(unique_id=unique_id)
+        for i in range(count):
+            graded = solution(of=of, steps=[f"step {i} correct", "so wrong" if i % 2 else "so correct"])
+            Solution.objects.filter(pk=graded.pk).update(is_correct=i % 2 == 0)
+    trained_on = Problem.objects.get(unique_id=train_ids[0])
+    for i in range(6):
+        graded = solution(of=trained_on, steps=[f"other {i}"])
+        Solution.objects.filter(pk=graded.pk).update(is_correct=True)
+    call_command(
+        "train_prm",
+        "--backbone=tiny:bert",
+        "--split=train",
+        "--validation-split=validation",
+        "--max-steps=2",
+        "--max-length=64",
+        "--no-progress",
+    )
+    calibration = PRMCheckpoint.objects.get().calibration
+    assert (calibration["pool_problems"], calibration["pool_solutions"]) == (2, 13)
+    table = calibration["aggregation_best_of"]
+    assert set(table) == {"min", "product", "mean", "last"} and all(0.0 <= v <= 1.0 for v in table.values())
+    first_best = next(name for name in ("min", "product", "mean", "last") if table[name] == max(table.values()))
+    assert calibration["aggregation"] == first_best
+    assert PRMCheckpoint.objects.get().aggregation == calibration["aggregation"]
+    assert "best-of-4 on 2 validation problems" in calibration["aggregation_reason"]
+
+
 def test_it_refuses_a_validation_split_that_overlaps_training(settings, tmp_path):
     settings.CHECKPOINT_DIR = tmp_path
     _split_labels("train", 4, seed=21)

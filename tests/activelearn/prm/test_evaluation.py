@@ -2,13 +2,15 @@ import itertools
 import json
 import math
 import random
+from collections import Counter
 from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from activelearn.prm.calibration import AGGREGATION_MARGIN, choose_aggregation
+from activelearn.prm.calibration import choose_aggregation, pool_sample
+from activelearn.prm.data import OutcomeSolution
 from activelearn.prm.evaluation import (
     Candidate,
     Estimate,
@@ -105,18 +107,35 @@ def test_best_of_n_reports_every_strategy_on_the_same_subsets_and_counts_skipped
     assert (nobody.problems, nobody.skipped) == (0, 1) and math.isnan(nobody.prm_accuracy)
 
 
-def test_an_aggregation_replaces_min_only_by_a_margin():
-    # Twenty error-free and twenty erroneous single-step solutions separate perfectly under
-    # every aggregation but one pair: "last" and "min" then tie, and min stays.
-    fine = [(0.6 + i / 100,) for i in range(20)]
-    bad = [(0.2 + i / 100,) for i in range(20)]
-    chosen, table, reason = choose_aggregation([*fine, *bad], [False] * 20 + [True] * 20)
-    assert table["min"] == table["last"] == 1.0 and chosen == "min" and str(AGGREGATION_MARGIN) in reason
-    # A clear winner is taken: only the last step tells the two kinds apart here.
-    clear = [(0.1, 0.9), (0.2, 0.95), (0.9, 0.3), (0.95, 0.2)]
-    chosen, table, reason = choose_aggregation(clear, [False, False, True, True])
-    assert chosen == "last" and table["last"] == 1.0 and "margin" in reason
-    assert choose_aggregation(clear, [True, True, True, True])[0] == "min"  # one kind only: fallback
+def test_the_aggregation_is_the_one_that_picks_right_answers_on_the_graded_pool():
+    # Per problem: a long right solution whose steps are all fairly sure, and short wrong
+    # ones with one sure step. "product" favours the short wrong ones, "min" the right one.
+    right = ((0.9, 0.9, 0.9, 0.9), True)
+    wrong = [((0.85,), False), ((0.8,), False), ((0.97, 0.7), False)]
+    chosen, table, reason = choose_aggregation([[right, *wrong]] * 3)
+    assert chosen == "min" and table["min"] == 1.0 and table["product"] == 0.0
+    assert "best-of-4 on 3 validation problems" in reason
+    # Where only the last step tells right from wrong, "last" wins on its own merit.
+    late = [[((0.1, 0.9), True), ((0.2, 0.95), True), ((0.9, 0.3), False), ((0.95, 0.2), False)]]
+    assert choose_aggregation(late)[0] == "last"
+    # Ties go to min: every aggregation is perfect when the sure step is the only step.
+    single = [[((0.9,), True), ((0.2,), False), ((0.3,), False), ((0.1,), False)]]
+    chosen, table, _ = choose_aggregation(single)
+    assert chosen == "min" and set(table.values()) == {1.0}
+
+
+def test_without_a_problem_of_four_graded_solutions_the_aggregation_is_min():
+    chosen, table, reason = choose_aggregation([[((0.9,), True), ((0.1, 0.2), False), ((0.5,), False)]])
+    assert (chosen, set(table.values())) == ("min", {None}) and "min by default" in reason
+    assert choose_aggregation([])[0] == "min"
+
+
+def test_the_pool_sample_keeps_at_most_so_many_per_problem_the_same_ones_every_time():
+    pool = [OutcomeSolution(f"p{i % 3}", "q", (f"step {i}",), i % 2 == 0) for i in range(60)]
+    first = pool_sample(pool, per_problem=5)
+    assert first == pool_sample(pool, per_problem=5)
+    assert sorted(Counter(s.problem_id for s in first).values()) == [5, 5, 5]
+    assert pool_sample(pool[:6], per_problem=5) == pool[:6]  # two per problem: all kept
 
 
 def _brute_force(candidates: list[Candidate], n: int) -> dict[str, float]:
