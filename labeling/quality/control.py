@@ -416,14 +416,13 @@ def labeler_quality_enforce(
 # A window's items, their solutions' gold steps and their own ratings: what
 # window_quality judges, in three statements written out rather than
 # gold_outcomes's three ORM queries, whose building cost several times their
-# running: a labeler's window is scored on about one
-# hand-out in ten. The gold is read by solution, with the window's solutions
-# as a subquery: joined to the tasks directly, the planner merged the gold
-# steps with every task by solution (an index scan of the whole task table,
-# 50 ms). An item whose solution has no gold is left out, as gold_outcomes
-# leaves it out. Primary keys; gold_step_unique (solution, step); then
-# labeled_step_unique_index (assignment, index) and
-# step_rating_one_per_completion (step, completion).
+# running: a labeler's window is scored on about one hand-out in ten. The
+# gold is read by solution, with the window's solutions as a subquery: joined
+# to the tasks directly, the planner merges the gold steps with every task by
+# solution (an index scan of the whole task table, 50 ms). An item whose
+# solution has no gold is left out, as gold_outcomes leaves it out. Primary
+# keys; gold_step_unique (solution, step); then labeled_step_unique_index
+# (assignment, index) and step_rating_one_per_completion (step, completion).
 WINDOW_ITEMS = """
     SELECT a.id, a.status, a.finish_reason, t.solution_id
     FROM labeling_assignment a JOIN labeling_task t ON t.id = a.task_id
