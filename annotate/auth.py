@@ -3,7 +3,7 @@
 Every request of a signed-in user loads its user (``get_user``), a rating
 included. Through the ORM that load is mostly query building and compiling in
 Python; the same statement written out once and the row turned into a User
-with ``from_db`` costs a fraction of it (docs/benchmarks.md). What is loaded
+with ``from_db`` costs a fraction of it. What is loaded
 and checked is unchanged: every column of the row (the session's auth hash is
 computed from the password hash), and an inactive user is no user.
 

@@ -2,11 +2,11 @@
 
 Django's ``RedisCacheClient.get_client`` builds a new ``redis.Redis`` for every
 cache call. Building one costs about as much as the network round trip of the
-GET it then sends (its response-callback tables are rebuilt each time:
-docs/benchmarks.md), and every request reads its session from the cache. A
-``redis.Redis`` is safe to share between threads (each command takes a
-connection from the pool), and its pool notices a fork and starts afresh, so
-one client per pool is kept and reused.
+GET it then sends (its response-callback tables are rebuilt each time), and
+every request reads its session from the cache. A ``redis.Redis`` is safe to
+share between threads (each command takes a connection from the pool), and
+its pool notices a fork and starts afresh, so one client per pool is kept and
+reused.
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@
 Django builds the storage (a cookie store and a session store behind it) for
 every request and asks it to save itself after every response. Most requests
 here never touch messages (a key press answers JSON, as does the REST API),
-and for them both steps cost about a tenth of the whole middleware stack
-(docs/benchmarks.md). A storage nobody built has nothing to save: Django's
-``update`` stores only messages that were read or added.
+and for them both steps cost about a tenth of the whole middleware stack. A
+storage nobody built has nothing to save: Django's ``update`` stores only
+messages that were read or added.
 """
 
 from __future__ import annotations

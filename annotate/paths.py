@@ -2,7 +2,7 @@
 
 A task panel names about a dozen URLs (each step's rating form, submit, give
 up, ...), and each reverse() walks the URL resolver: together a tenth of the
-panel's CPU (docs/benchmarks.md). The URL of a name is the same string for
+panel's CPU. The URL of a name is the same string for
 every set of integer arguments but for the integers themselves, so it is
 reversed once, with marker values in their places, and formatted per call.
 """

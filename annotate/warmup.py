@@ -4,7 +4,7 @@ Django imports the URLconf (and with it every view and the REST API's
 libraries) on the first request a process serves, and compiles a template the
 first time one is rendered. In a fresh gunicorn worker that is about 150 ms of
 CPU on the first request; after a deploy or a restart every worker pays it at
-once, while labelers are asking for their first task (docs/benchmarks.md).
+once, while labelers are asking for their first task.
 No database or cache connection is opened here: connections belong to the
 request threads that use them.
 """

@@ -26,7 +26,7 @@ def labeler_for_user(*, user: AbstractBaseUser) -> Labeler:
     kept in the user's relation cache, where ``user.labeler`` finds it too. It
     is not joined into the sign-in's user query: a rating, the most frequent
     request, never needs it, and the join cost more Python than the separate
-    query saves (docs/benchmarks.md).
+    query saves.
     """
     cache: dict[str, object] = user._state.fields_cache
     cached = cache.get("labeler")
@@ -43,7 +43,7 @@ def labeler_for_user(*, user: AbstractBaseUser) -> Labeler:
 
 # The labeler row of a user, every column, by the unique user id. Written out
 # because every submit + next reads it, and the ORM's get cost about 1 ms of
-# CPU to build where the statement costs a fifth of that (docs/benchmarks.md).
+# CPU to build where the statement costs a fifth of that.
 LABELER_OF_USER = "SELECT {columns} FROM labeling_labeler WHERE user_id = %s"
 
 

@@ -375,7 +375,7 @@ class Assignment(models.Model):
     # The record's label.steps as JSON, frozen when the assignment is
     # submitted (it is read-only from then on). The LabeledStep/StepRating rows
     # stay the source of truth; this copy lets an export stream one row per
-    # record instead of re-joining a million ratings (docs/benchmarks.md).
+    # record instead of re-joining a million ratings.
     # Null for assignments submitted before it existed: exports rebuild those.
     label_steps_json = models.TextField(null=True, blank=True, editable=False)
     # The rating version of the latest request that deleted ratings (a step
@@ -426,7 +426,7 @@ class Assignment(models.Model):
             # No index on lease_expires_at: no query looks leases up by it (a
             # hand-out counts them per task), and every key press renews the
             # lease, which such an index would turn into a write to every
-            # index of the table (docs/benchmarks.md).
+            # index of the table.
             # A labeler's rolling QC window (labeling.quality.control.ROLLING_WINDOW_IDS):
             # their finished QC items, newest first.
             models.Index(

@@ -334,13 +334,13 @@ def labeler_rolling_quality(*, labeler: Labeler) -> AgreementSummary:
 # The rolling window: the labeler's last finished QC items (newest first)
 # since their status last changed. Written out rather than built by the ORM
 # because every hand-out reads it (labeler_quality_enforce), and building
-# the query cost ten times what running it does (docs/benchmarks.md).
+# the query cost ten times what running it does.
 # Served by assignment_qc_window_idx (labeler, -started_at, -id; partial:
 # finished QC items), an index scan that stops after QC_WINDOW rows. Its
 # conditions are written into the statement, not passed, so that the planner
-# matches that partial index also in the prepared statement's generic plan:
-# joined to the task for its kind, the window read every assignment the
-# labeler ever had (docs/benchmarks.md). Constants of ours, not request values.
+# matches that partial index also in the prepared statement's generic plan;
+# passed as values (or joined to the task for its kind), that plan reads every
+# assignment the labeler ever had. Constants of ours, not request values.
 ROLLING_WINDOW_IDS = f"""
     SELECT a.id FROM labeling_assignment a
     WHERE a.labeler_id = %s AND a.task_kind = {fixed_literal(TaskKind.QUALITY_CONTROL)}
@@ -382,8 +382,8 @@ def labeler_quality_enforce(
     asks, with the labeler's row locked and ``qc_window_passed`` read under
     that lock (labeling.work.queue). A window judged and passed before is
     not scored again: once a labeler has QC_MIN_ITEMS checked items, scoring
-    took about 2 ms of CPU on each of their hand-outs (docs/benchmarks.md),
-    and the window changes only when a QC item of theirs is finished.
+    took about 2 ms of CPU on each of their hand-outs, and the window
+    changes only when a QC item of theirs is finished.
     """
     if labeler.status != LabelerStatus.ACTIVE:
         return False
@@ -416,14 +416,13 @@ def labeler_quality_enforce(
 # A window's items, their solutions' gold steps and their own ratings: what
 # window_quality judges, in three statements written out rather than
 # gold_outcomes's three ORM queries, whose building cost several times their
-# running (docs/benchmarks.md): a labeler's window is scored on about one
-# hand-out in ten. The gold is read by solution, with the window's solutions
-# as a subquery: joined to the tasks directly, the planner merged the gold
-# steps with every task by solution (an index scan of the whole task table,
-# 50 ms). An item whose solution has no gold is left out, as gold_outcomes
-# leaves it out. Primary keys; gold_step_unique (solution, step); then
-# labeled_step_unique_index (assignment, index) and
-# step_rating_one_per_completion (step, completion).
+# running: a labeler's window is scored on about one hand-out in ten. The
+# gold is read by solution, with the window's solutions as a subquery: joined
+# to the tasks directly, the planner merges the gold steps with every task by
+# solution (an index scan of the whole task table, 50 ms). An item whose
+# solution has no gold is left out, as gold_outcomes leaves it out. Primary
+# keys; gold_step_unique (solution, step); then labeled_step_unique_index
+# (assignment, index) and step_rating_one_per_completion (step, completion).
 WINDOW_ITEMS = """
     SELECT a.id, a.status, a.finish_reason, t.solution_id
     FROM labeling_assignment a JOIN labeling_task t ON t.id = a.task_id

@@ -4,7 +4,7 @@ Every submit draws the next task's whole panel: its problem and expected
 answer, ten or so rateable rows, the submit box and the footer. Through the
 template engine the nodes, variable lookups, filters and the footer's include
 around the rows cost as much again as the rows themselves, a tenth of a
-submit + next (docs/benchmarks.md). So the panel and its pieces are built
+submit + next. So the panel and its pieces are built
 here, in the order they appear on screen, and the templates place them with
 one tag each (labeling/templatetags/completion.py: ``{% task_panel %}``,
 ``{% task_state %}``, ``{% finish_box %}``, ``{% step_rows %}``,

@@ -61,7 +61,7 @@ def fragment(request: HttpRequest, template_name: str, context: Mapping[str, obj
 
     The fragments use nothing the processors add (user, messages, request),
     only their forms' CSRF token, given here; running the processors cost
-    more than rendering a small fragment itself (docs/benchmarks.md). Whole
+    more than rendering a small fragment itself. Whole
     pages keep ``render``: base.html shows the user and the messages.
     """
     return get_template(template_name).render({**context, "csrf_token": get_token(request)})

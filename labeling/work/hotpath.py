@@ -1,18 +1,21 @@
-"""The raw SQL of the hot paths (a rating click, a key press, a submit, a hand-out): labeling's only raw SQL.
+"""The raw SQL of the hot paths (a rating click, a key press, a submit, a hand-out), in one module.
 
-Each statement here ran through the ORM first; building and compiling the
-query cost more than PostgreSQL needed to run it (docs/benchmarks.md). Each is
-named, takes its values as parameters (a fixed status or kind of ours is
-written in where a partial index has to be matched: IN_PROGRESS,
-QUALITY_CONTROL_UNSEEN), and says which rule it
-enforces and which index it rides; the services around them
-(labeling.work.assignment, rating and queue) hold the logic. Every statement
-runs on SQLite and PostgreSQL (the suite runs on both); where SQLite lacks
-row locks it serialises writers with its IMMEDIATE transactions instead. Two
-are PostgreSQL's alone (data-modifying WITH clauses, which SQLite lacks):
-PRESS_PLAIN, a key press whose rules are written into the statement that
-writes it, and FINISH_AND_CLOSE; elsewhere the service runs the same
-statement by statement.
+These run on every click, and building them through the ORM cost more Python
+than PostgreSQL needed to run them. The rules stay in the services
+(labeling.work.assignment, rating and queue); each function here sends its
+statements and turns the rows into model instances. PRESS_PLAIN alone holds
+rules itself, pinned to the services' by a property test. Why the statements
+are kept together, and how to follow a key press through the services and
+this module: docs/architecture.md, "The hot path's SQL in one module".
+
+Each statement is named, takes its values as parameters (a fixed status or
+kind of ours is written in where a partial index has to be matched:
+IN_PROGRESS, QUALITY_CONTROL_UNSEEN), and says which rule it enforces and
+which index it rides. Every statement runs on SQLite and PostgreSQL (the suite
+runs on both); where SQLite lacks row locks its IMMEDIATE transactions
+serialise writers. PRESS_PLAIN and FINISH_AND_CLOSE are PostgreSQL's alone
+(data-modifying WITH clauses); elsewhere the services do the same statement
+by statement.
 """
 
 from __future__ import annotations
@@ -88,11 +91,9 @@ RATINGS_OF_ASSIGNMENT = """
 """
 
 # "Create or overwrite, but only with a newer version", in one statement: the
-# rule holds in the statement itself, not only under the row lock. The
-# conflict target is step_rating_one_per_completion.
-# The step is named by (assignment, index), not by its id: a step added in the
-# same batch of writes has no id the service has read (LABELED_STEP_ADD
-# returns none, so that the batch is sent without waiting for it).
+# rule holds in the statement itself, not only under the row lock. Conflict
+# target step_rating_one_per_completion. The step is named by (assignment,
+# index): a step added in the same pipelined batch has no id read back.
 RATING_UPSERT = """
     INSERT INTO labeling_steprating (step_id, completion_index, text, rating, flagged, version, updated_at)
     VALUES ((SELECT id FROM labeling_labeledstep WHERE assignment_id = %s AND "index" = %s), %s, %s, %s, %s, %s, %s)
@@ -356,45 +357,21 @@ def assignment_touch(assignment: Assignment) -> None:
 
 # --- A key press in one statement -------------------------------------------------
 
-# A single key press in the state most presses meet, written whole in one
-# statement (one round trip, no BEGIN or COMMIT of its own): a step rated 0 or
-# +1, the next step rated -1 (labeling stops there), or a flag set or cleared
-# on a step already rated. It applies only where
-# labeling.work.rating's rules, run in Python on the same state, would write
-# exactly what it writes; anywhere else it writes nothing and returns no row,
-# and the service runs those rules (presses_apply). Its conditions, in order:
-#
-# - the press's owner: the assignment's labeler is the signed-in user, who is
-#   still active and still has the password hash the session was verified
-#   against (annotate.auth.SessionUser), as the per-request user load checks;
-# - the state the page showed (``version``), in progress, a lease comfortably
-#   alive (LeaseNearExpiry's margin), a phase-2 solution with steps;
-# - the stored trajectory is plain: steps 0..n-1, each with its own rating 0
-#   or +1 and nothing else (no alternatives, no unrated or -1 step),
-#   chosen_completion 0 on each but the last and null on the last, no rating
-#   newer than the state, no reset newer than it (labeling.work.progress);
-# - the press: a rating of 0 or +1 for a rated step or for step n, the next
-#   one, if the solution has it; a -1 for step n when the solution stores no
-#   alternatives for it (the caller does not try a -1 where the step
-#   generator would be asked for some); or a flag for a rated step. A -1 on
-#   a rated step drops the steps after it, and a flag on an unrated step or
-#   an alternative's rating reshape the trajectory: Python's.
-#
-# What it writes is what _rate and _touch write: the rating (version and
-# updated_at), or the new step with its rating and the previous step's
-# chosen_completion moved to 0, and after a -1 the reset version (a late
-# press on a later step must not bring one back); time on task with the idle
-# gap as assignment_time_add counts it, the lease, the state version.
-#
-# The assignment's UPDATE is the gate: it holds every condition, takes the
-# row lock, and the step and rating writes follow from what it returns. The
-# stored trajectory is read on the statement's snapshot, taken before the
-# UPDATE waits for a lock another writer holds; that writer moves the version
-# on (every change of an assignment does), the UPDATE's recheck of the
-# locked row then finds another version, and nothing is written. Primary
-# keys, the labeler's unique user id, labeled_step_unique_index,
-# step_rating_one_per_completion and step_alternative_unique_ordinal. Sent on one
-# line (compact, below).
+# A plain key press (a step rated 0 or +1, the next step rated -1 where no
+# alternatives follow, a flag on a rated step, on a trajectory of 0 and +1
+# ratings only) written whole in one statement in autocommit: one round trip
+# instead of four, for most presses. It holds labeling.work.rating's rules
+# (the owner as annotate.auth.SessionUser verified them, the version shown, a
+# lease past LeaseNearExpiry's margin, a stored trajectory those rules would
+# extend exactly so) and writes what _rate and _touch would; anything else
+# matches nothing, writes nothing, and the caller falls back to presses_apply.
+# tests/labeling/work/test_press_plain.py pins the two to the same result.
+# The assignment's UPDATE is the gate: the trajectory is read on the
+# statement's snapshot, perhaps before another writer commits, but every
+# change moves the version on, so the UPDATE's recheck of the locked row then
+# fails and nothing is written. Primary keys, the labeler's unique user id,
+# labeled_step_unique_index, step_rating_one_per_completion and
+# step_alternative_unique_ordinal. Sent on one line (compact, below).
 PRESS_PLAIN = """
     WITH stored AS (
         SELECT count(*) AS n,
@@ -461,7 +438,7 @@ def compact(statement: str) -> str:
     keeps the result only for statements of at most 4,096 bytes
     (psycopg._queries.MAX_CACHED_STATEMENT_LENGTH); a longer one is parsed
     again on every run. PRESS_PLAIN is longer with its indentation, and that
-    parse was a sixth of a key press's app CPU (docs/benchmarks.md).
+    parse was a sixth of a key press's app CPU.
     """
     return " ".join(statement.split())
 
@@ -517,17 +494,14 @@ def open_generation_ids_sent() -> Callable[[], list[int]]:
 
 
 # The QC items a labeler may still be handed (labeling.work.queue draws one at
-# QC_RATE): gold-labeled QC tasks of open phase-2 generations, not retired
-# (the rating service marks a QC task done after its first submission, but it
-# goes to everyone), minus what this labeler already had: each QC item at most
-# once per person. task_gold_kind_idx (partial: kind other than normal) finds
-# the pool; the two EXISTS ride goldstep's solution index and
-# assignment_one_per_task_and_labeler (task, labeler). Its fixed conditions
-# are written in (as IN_PROGRESS below): with the kind passed as a value, the
-# generic plan cannot match the partial index and starts from every gold
-# step there is (every screening and QC solution of every generation); the
-# custom plans PostgreSQL then keeps making cost a planning per draw
-# (docs/benchmarks.md).
+# QC_RATE): gold-labeled QC tasks of open phase-2 generations, not retired (a
+# QC task done after its first submission still goes to everyone), minus what
+# this labeler already had: each QC item at most once per person.
+# task_gold_kind_idx (partial: kind other than normal) finds the pool; the two
+# EXISTS ride goldstep's solution index and assignment_one_per_task_and_labeler.
+# The fixed conditions are written in, as for IN_PROGRESS below: passed as
+# values, the generic plan cannot match the partial index and starts from
+# every gold step there is.
 QUALITY_CONTROL_UNSEEN = f"""
     SELECT t.id FROM labeling_task t JOIN labeling_generation g ON g.id = t.generation_id
     WHERE t.kind = {fixed_literal(TaskKind.QUALITY_CONTROL)} AND t.status <> {fixed_literal(TaskStatus.RETIRED)}
@@ -633,9 +607,8 @@ def task_places(*, task_id: int, labeler_id: int, now: datetime) -> Places:
 # The in-progress status written into a statement rather than passed: the
 # planner matches a partial index (here assignment_one_in_progress_per_labeler)
 # only to a condition it can read, also in the generic plan of a prepared
-# statement. With a parameter, that plan read every assignment the labeler
-# ever had (docs/benchmarks.md; the QC window in labeling.quality.control does
-# the same). A constant of ours, not a value from a request.
+# statement; with a parameter, that plan reads every assignment the labeler
+# ever had. A constant of ours, not a value from a request.
 IN_PROGRESS = fixed_literal(AssignmentStatus.IN_PROGRESS)
 
 # The labeler's own row, locked, with their in-progress assignment if they
