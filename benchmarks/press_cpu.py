@@ -341,7 +341,7 @@ def _qc_lookups(labeler_id: int, args: argparse.Namespace) -> None:
     from labeling.work.hotpath import quality_control_unseen_ids
 
     def orm() -> list[int]:
-        # The ORM form the statement replaced (labeling/work/queue.py at 055501f).
+        # The ORM form of the query that the raw statement replaced, kept as the baseline.
         return list(
             Task.objects.filter(
                 kind=TaskKind.QUALITY_CONTROL, generation__status=GenerationStatus.OPEN, generation__phase=Phase.TWO

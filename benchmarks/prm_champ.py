@@ -16,7 +16,7 @@ what a researcher runs:
 4. ``train_prm --split train --validation-split validation`` (timed);
 5. ``score_solutions --split test`` and answer grading (``--grader product``:
    ``grade_solutions``; ``--grader lenient-numeric``: only problems whose answer is a
-   number, compared as numbers, the rest left ungraded, as in the issue's measurement);
+   number, compared as numbers, the rest left ungraded: a grader that only compares numbers);
 6. ``evaluate_prm --split validation`` and ``--split test``.
 
 It prints one table (and with ``--write-docs`` puts it in docs/prm.md between the

@@ -10,7 +10,7 @@ model of the keys says the labeler meant.
 
 Repetitions reuse one browser page: the assignment is reset through the ORM
 and the page reloaded. ``TYPING_REPS`` sets how many per interval (default 2,
-what the suite affords; the issue's matrix is ``TYPING_REPS=20``).
+what the suite affords; the full matrix is ``TYPING_REPS=20``).
 """
 
 from __future__ import annotations

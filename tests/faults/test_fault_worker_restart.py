@@ -55,7 +55,7 @@ def test_a_restarted_worker_resumes_its_dead_predecessors_training_without_beat(
     took = time.monotonic() - killed_at
     print(f"recovered {took:.1f} s after the kill (pulse every {EVERY_S} s, stale after {STALE} s)")
     if DEFAULTS:
-        assert took < 120, took  # the bound: recovery within 2 minutes by default
+        assert took < 120, took  # the promised bound: recovery within 2 minutes by default
         return
     wait_for(lambda: generation_status(fault_db, generation) == "open", timeout=240, what=second.output())
     metrics = one(fault_db, "SELECT metrics FROM activelearn_prmcheckpoint")
