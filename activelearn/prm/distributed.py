@@ -6,8 +6,8 @@ into the run's output directory and starts ``torch.distributed.run`` on this mod
 process runs ``train_prm``, whose Accelerator shards a full fine-tune with FSDP. The caller
 stays in charge while it runs:
 
-* **progress**: the main training process appends each optimizer step and each epoch
-  report to ``EVENTS_FILE``; the caller replays them into its own callbacks, so heartbeats
+* **progress**: the main training process appends each optimizer step (with its wall
+  time) and each epoch report to ``EVENTS_FILE``; the caller replays them into its own callbacks, so heartbeats
   and progress bars work as in-process. A callback that raises (the row left TRAINING)
   stops the run.
 * **failure**: a process that dies (killed, out of memory, an exception) makes the
@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
             job.items,
             job.config,
             validation=job.validation,
-            progress=lambda step, total, loss: emit({"step": step, "total": total, "loss": loss}),
+            progress=lambda step, total, loss: emit({"step": step, "total": total, "loss": loss, "at": time.time()}),
             on_epoch=lambda report: emit({"epoch": asdict(report)}),
             run_id=job.run_id,
         )
