@@ -60,7 +60,7 @@ def test_the_cpu_run_finishes_every_stage_without_django(cpu_report):
     }
     environment = cpu_report["environment"]
     assert environment["attention"] == "sdpa" and environment["matmul_peak_tflops"] > 0
-    assert set(environment["flops"]) == {"params", "scoring", "training", "notes", "mfu"}
+    assert set(environment["flops"]) == {"params", "scoring", "training", "lora_training", "notes", "mfu"}
 
 
 def test_bf16_scores_agree_with_float32_within_the_stated_tolerance(cpu_report):
