@@ -71,6 +71,10 @@ TRAIN_CONFIG_KEYS = frozenset(
         "objective",
         "outcome_weight",
         "outcome_targets",
+        "adapter",
+        "lora_rank",
+        "lora_alpha",
+        "processes",
     }
 )
 # The options that say how outcome labels count in a process run (TrainConfig).
@@ -298,7 +302,8 @@ def checkpoint_run(
     output directory). On an exception the row is marked FAILED with the error and the
     exception propagates.
     """
-    from activelearn.prm.training import TrainConfig, train_prm
+    from activelearn.prm.distributed import train
+    from activelearn.prm.training import TrainConfig
     from activelearn.solution_scoring import feature_cache_configure
 
     checkpoint = PRMCheckpoint.objects.get(pk=checkpoint_id)
@@ -324,7 +329,9 @@ def checkpoint_run(
             options["neutral"] = training_set.neutral
             config = TrainConfig(output_dir=Path(checkpoint.output_dir), backbone=checkpoint.base_model, **options)
             feature_cache_configure()
-            result = train_prm(
+            # In this process, or one process per GPU this worker sees (their progress
+            # comes back through the same callback, their failure as an exception).
+            result = train(
                 training_set.train_items,
                 config,
                 validation=training_set.validation_items,

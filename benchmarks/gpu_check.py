@@ -10,8 +10,9 @@ checkout; throughput does not depend on the weights' values. The tokenizer is a 
 BPE trained here on the synthetic solutions and padded to Qwen's vocabulary size; a real
 checkpoint's tokenizer has far more merges, so tokenization is a little cheaper here.
 
-Stages, each written into ``--output`` the moment it ends (an error, an out-of-memory
-included, is recorded and the next stage runs):
+Stages (run as: 1, 2, the first size of 3 and its stage 5, stage 4, the other sizes of 3, so
+the 0.5B shape is what the budget skips), each written into ``--output`` the moment it ends
+(an error, an out-of-memory included, is recorded and the next stage runs):
 
 1. ``environment``: versions, device, attention implementation, the measured matmul peak.
 2. ``bf16_vs_fp32``: a tiny PRM scored in float32 on the CPU (the reference) and as the GPU
@@ -25,17 +26,26 @@ included, is recorded and the next stage runs):
    ``step_generator``: ``LocalLMGenerator`` on the same weights, K samples, twice per seed.
    Both sides compute as the product does: bf16 on CUDA (bf16 weights for scoring, bf16
    autocast for training), float32 on the CPU.
-4. ``goals`` (MFU at 1.5B against 35% training, 40% scoring) and ``prm800k_estimate`` (time
-   per generation at PRM800K scale from the FLOP model, at the goals on an H200 and at the
-   rates measured in this run).
+4. ``lora`` (``7b`` on CUDA, ``tiny`` on the CPU): ``train_prm`` with LoRA adapters on a
+   Qwen2.5-7B-shaped backbone held in bf16, gradient checkpointing on: tokens/s, MFU, peak
+   memory against the memory estimate that would choose LoRA (``activelearn.prm.memory``).
+5. ``fsdp`` (``1.5b``; only where several GPUs are visible, or ``--fsdp-processes N`` on
+   the CPU, gloo): a full fine-tune sharded with FSDP over one process per GPU, launched as
+   the pipeline launches it (``activelearn.prm.distributed``): tokens/s, MFU per GPU, the
+   peak device memory NVML reports, the estimate per process.
+6. ``goals`` (MFU at 1.5B against 35% training, 40% scoring; 7B LoRA against 30%) and
+   ``prm800k_estimate`` (time per generation at PRM800K scale from the FLOP model, at the
+   goals on an H200 and at the rates measured in this run).
 
 FLOPs (``environment.flops`` in the JSON): N = parameters that do matmuls, everything but the
 input embedding (a lookup; the PRM has no LM head), head included. A forward pass over a
 sequence of s real tokens is 2*N*s + 4*L*A*s^2 (L layers, A = heads * head_dim; attention
 counted in full, not halved for the causal mask, as in PaLM's MFU); training is 3x that;
-gradient checkpointing's recompute is not counted (MFU, not HFU). Padding is not counted, so
-padding lowers the MFU. MFU = FLOPs / seconds / peak: ``*_mfu`` against ``--peak-tflops``
-(989, H100/H200 dense bf16, on CUDA), ``*_mfu_vs_matmul`` against the matmul peak measured here.
+gradient checkpointing's recompute is not counted (MFU, not HFU). LoRA training is 2x the
+forward (forward and the gradients of the activations; the frozen weights get none, the
+adapters' FLOPs are under 1%). Padding is not counted, so padding lowers the MFU.
+MFU = FLOPs / seconds / peak: ``*_mfu`` against ``--peak-tflops`` (989, H100/H200 dense
+bf16, on CUDA), ``*_mfu_vs_matmul`` against the matmul peak measured here.
 
 ``--budget-s`` bounds the run: a stage whose estimate no longer fits is skipped, and a
 watchdog writes the JSON and exits with code 3 when a stage overruns the budget by more than
@@ -75,11 +85,15 @@ import transformers  # noqa: E402
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 
+from activelearn.prm.backbones import backbone_config, load_tokenizer  # noqa: E402
 from activelearn.prm.batching import EpochBatchSampler, TrainingCollator, encode_examples, pad_batch  # noqa: E402
 from activelearn.prm.data import LabeledSolution, build_examples  # noqa: E402
+from activelearn.prm.distributed import EVENTS_FILE, train  # noqa: E402
+from activelearn.prm.memory import GIB, cpu_peak_bytes, estimate_memory  # noqa: E402
 from activelearn.prm.modeling import ProcessRewardModel  # noqa: E402
 from activelearn.prm.scoring import score_solutions  # noqa: E402
-from activelearn.prm.training import TrainConfig, train_prm  # noqa: E402
+from activelearn.prm.tokenization import DEFAULT_SEPARATOR, StepEncoder, add_step_separator  # noqa: E402
+from activelearn.prm.training import TrainConfig, TrainResult, train_prm  # noqa: E402
 from benchmarks.prm_throughput import matmul_params, synthesise  # noqa: E402
 
 SPEC_PEAK_TFLOPS_H200 = 989.0  # dense bf16, H100/H200 SXM
@@ -87,7 +101,8 @@ BF16_TOLERANCE = 0.02  # max |bf16 - fp32| of a step score or a solution score (
 LEARNING_RATE = 1e-5
 MEGA_BATCH_BATCHES = 50
 SEED = 0
-GIB = 1024**3
+LORA_LEARNING_RATE = 1e-4
+LORA_RANK = 16
 
 
 @dataclass(frozen=True)
@@ -130,22 +145,27 @@ class Qwen2Shape:
         return self.layers * (attention + mlp + norms) + self.hidden + head
 
 
-# Qwen2.5-0.5B and Qwen2.5-Math-1.5B as published; the tiny shapes are for the CPU.
+# Qwen2.5-0.5B, Qwen2.5-Math-1.5B and Qwen2.5-7B as published; the tiny shapes are for the CPU.
 SHAPES = {
     shape.name: shape
     for shape in (
         Qwen2Shape("0.5b", hidden=896, intermediate=4864, layers=24, heads=14, kv_heads=2, vocab=151936, max_positions=32768),  # noqa: E501
         Qwen2Shape("1.5b", hidden=1536, intermediate=8960, layers=28, heads=12, kv_heads=2, vocab=151936, max_positions=4096),  # noqa: E501
+        # Qwen2.5-7B (the backbone of Qwen2.5-Math-PRM-7B), at the PRM's 4096 positions.
+        Qwen2Shape("7b", hidden=3584, intermediate=18944, layers=28, heads=28, kv_heads=4, vocab=152064, max_positions=4096),  # noqa: E501
         Qwen2Shape("tiny", hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, vocab=4096, max_positions=512),
         Qwen2Shape("small", hidden=128, intermediate=256, layers=4, heads=4, kv_heads=2, vocab=4096, max_positions=512),
     )
 }  # fmt: skip
 
 
-def model_flops(params: int, shape: Qwen2Shape, lengths: Sequence[int], *, training: bool) -> float:
+def model_flops(params: int, shape: Qwen2Shape, lengths: Sequence[int], *, training: bool, lora: bool = False) -> float:
     attention_width = shape.heads * shape.head_dim
     forward = 2.0 * params * sum(lengths) + 4.0 * shape.layers * attention_width * sum(s * s for s in lengths)
-    return 3.0 * forward if training else forward
+    if not training:
+        return forward
+    # LoRA: no weight gradients for the frozen weights, only the activations' (see FLOP_MODEL).
+    return (2.0 if lora else 3.0) * forward
 
 
 FLOP_MODEL = {
@@ -153,6 +173,7 @@ FLOP_MODEL = {
     "(a lookup; the PRM has no LM head), plus the head",
     "scoring": "sum over windows of 2*N*s + 4*L*A*s^2 (s real tokens, L layers, A = heads*head_dim)",
     "training": "3 x the forward: sum over sequences of 6*N*s + 12*L*A*s^2",
+    "lora_training": "2 x the forward (activation gradients only; the adapters' FLOPs, under 1%, not counted)",
     "notes": "attention counted in full (not halved for the causal mask), padding not counted, "
     "gradient-checkpointing recompute not counted (MFU, not HFU)",
     "mfu": "FLOPs / seconds / peak FLOP/s: *_mfu against --peak-tflops, *_mfu_vs_matmul against "
@@ -169,11 +190,14 @@ PRM800K_POOL_SOLUTIONS = 12_000 * 16  # 12K problems x 16 samples
 PRM800K_POOL_MEAN_TOKENS = 600  # whole solutions
 GOAL_TRAINING_MFU = 0.35
 GOAL_SCORING_MFU = 0.40
+GOAL_LORA_7B_MFU = 0.30
 
 
 @dataclass(frozen=True)
 class Workload:
     sizes: tuple[str, ...]
+    lora_sizes: tuple[str, ...]  # LoRA training stages
+    fsdp_sizes: tuple[str, ...]  # FSDP stages, where several processes are asked for
     steps: int  # per synthetic solution
     score_solutions: int
     score_batch_sizes: tuple[int, ...]
@@ -194,6 +218,8 @@ WORKLOADS = {
     # pipeline's default and 64 shows what a larger one gains.
     "cuda": Workload(
         sizes=("1.5b", "0.5b"),
+        lora_sizes=("7b",),
+        fsdp_sizes=("1.5b",),
         steps=10,
         score_solutions=512,
         score_batch_sizes=(16, 64),
@@ -209,6 +235,8 @@ WORKLOADS = {
     ),
     "cpu": Workload(
         sizes=("tiny",),
+        lora_sizes=("tiny",),
+        fsdp_sizes=("tiny",),
         steps=3,
         score_solutions=12,
         score_batch_sizes=(4,),
@@ -226,7 +254,10 @@ WORKLOADS = {
 
 # Seconds a stage needs on CUDA at the 1.5B shape (scaled down by parameters for smaller
 # shapes): a stage that no longer fits into the budget is skipped, not started.
-STAGE_ESTIMATE_S = {"build": 25.0, "scoring": 25.0, "training": 60.0, "step_generator": 15.0}
+STAGE_ESTIMATE_S = {"build": 25.0, "scoring": 25.0, "training": 60.0, "step_generator": 15.0, "fsdp": 90.0}
+# The 7B LoRA stage on CUDA: building and saving 15 GB of bf16 weights, loading them,
+# 12 optimizer steps, saving the merged model.
+LORA_ESTIMATE_S = {"7b": 150.0}
 
 
 # -- the report: one JSON file, rewritten after every stage -------------------------------
@@ -739,6 +770,184 @@ def raw_training(
     }
 
 
+# -- LoRA and FSDP -----------------------------------------------------------------------
+
+
+def _step_lengths(directory: Path, config: TrainConfig, solutions: Sequence[LabeledSolution]) -> list[list[int]]:
+    """Sequence lengths of train_prm's micro-batches, in its order, from the tokenizer alone
+    (the same encoder, sampler and seed; no model load)."""
+    assert config.max_length is not None
+    tokenizer = load_tokenizer(directory)
+    add_step_separator(tokenizer, DEFAULT_SEPARATOR)
+    encoder = StepEncoder(
+        tokenizer, separator=DEFAULT_SEPARATOR, max_length=config.max_length, max_problem_tokens=config.max_length // 2
+    )
+    sequences = encode_examples(encoder, build_examples(solutions, config.neutral))
+    sampler = EpochBatchSampler([len(s.input_ids) for s in sequences], config.batch_size, MEGA_BATCH_BATCHES, SEED)
+    return [[len(sequences[i].input_ids) for i in batch] for batch in sampler]
+
+
+def _training_config(ctx: Context, shape: Qwen2Shape, directory: Path, name: str, **overrides: Any) -> TrainConfig:
+    work = ctx.workload
+    values: dict[str, Any] = dict(
+        output_dir=ctx.scratch / f"train-{shape.name}-{name}",
+        backbone=str(directory),
+        learning_rate=LEARNING_RATE,
+        num_epochs=1,
+        batch_size=work.train_batch_size,
+        gradient_accumulation_steps=work.accumulation,
+        max_length=min(2048, shape.max_positions),
+        warmup_ratio=0.0,
+        checkpoint_every=0,
+        mega_batch_batches=MEGA_BATCH_BATCHES,
+        bf16=ctx.cuda,
+        gradient_checkpointing=True,
+        freeze_layers=0,
+        seed=SEED,
+        cpu=not ctx.cuda,
+    )
+    values.update(overrides)
+    return TrainConfig(**values)
+
+
+def _throughput(
+    ctx: Context, shape: Qwen2Shape, timed_lengths: list[int], seconds: float, *, lora: bool, devices: int
+) -> dict[str, Any]:
+    flops = model_flops(shape.matmul_params(), shape, timed_lengths, training=True, lora=lora)
+    rate = flops / seconds / 1e12 / devices
+    matmul_peak = ctx.matmul_peak_tflops()
+    return {
+        "tokens": sum(timed_lengths),
+        "seconds": round(seconds, 3),
+        "tokens_per_s": round(sum(timed_lengths) / seconds, 1),
+        "model_tflop": _significant(flops / 1e12),
+        "tflop_per_s_per_device": _significant(rate),
+        "mfu": _significant(rate / ctx.spec_peak_tflops) if ctx.spec_peak_tflops else None,
+        "mfu_vs_matmul": _significant(rate / matmul_peak) if matmul_peak else None,
+    }
+
+
+def bench_lora(ctx: Context, shape: Qwen2Shape, directory: Path) -> dict[str, Any]:
+    """train_prm with LoRA on a backbone held in bf16 (CUDA), gradient checkpointing on."""
+    work = ctx.workload
+    solutions = synthesise(work.train_solutions, work.steps, seed=2)
+    config = _training_config(
+        ctx, shape, directory, "lora", adapter="lora", lora_rank=LORA_RANK, learning_rate=LORA_LEARNING_RATE
+    )
+    stamps: list[float] = []
+    results: list[TrainResult] = []
+
+    def run() -> None:
+        progress = lambda *_: stamps.append(time.perf_counter())  # noqa: E731
+        results.append(train_prm(solutions, config, validation=[], progress=progress))
+
+    ctx.reset_peak_memory()
+    try:
+        # On the CPU the allocator's own count (activelearn.prm.memory.cpu_peak_bytes).
+        cpu_peak = None if ctx.cuda else cpu_peak_bytes(run)
+        if ctx.cuda:
+            run()
+    finally:
+        shutil.rmtree(config.output_dir, ignore_errors=True)
+    result = results[0]
+    accumulation = config.gradient_accumulation_steps
+    batches = _step_lengths(directory, config, solutions)
+    timed = [n for batch in batches[accumulation:] for n in batch]
+    estimate = (result.memory or {}).get("lora") or {}
+    peak = ctx.peak_memory_gib() if ctx.cuda else round((cpu_peak or 0) / GIB, 4)
+    # The estimate at the widest batch this run had: the synthetic solutions stop well short
+    # of the recipe's length, which the estimate that chose the adapter assumes.
+    widest = estimate_memory(
+        backbone_config(directory),
+        adapter="lora",
+        batch_size=config.batch_size,
+        max_length=max(n for batch in batches for n in batch),
+        gradient_accumulation_steps=accumulation,
+        gradient_checkpointing=True,
+        bf16=ctx.cuda,
+        cuda=ctx.cuda,
+        lora_rank=LORA_RANK,
+    ).peak
+    losses = [loss for _, loss in result.train_loss_curve]
+    return {
+        "adapter": result.hyperparameters["adapter"],
+        "lora_rank": LORA_RANK,
+        "trainable_parameters": estimate.get("trainable_parameters"),
+        "parameters": estimate.get("parameters"),
+        "batch_size": config.batch_size,
+        "gradient_accumulation_steps": accumulation,
+        "gradient_checkpointing": True,
+        "optimizer_steps": result.optimizer_steps,
+        "timed_optimizer_steps": result.optimizer_steps - 1,
+        "losses_finite": all(math.isfinite(loss) for loss in losses),
+        **_throughput(ctx, shape, timed, stamps[-1] - stamps[0], lora=True, devices=1),
+        "peak_memory_gib": peak,
+        "estimated_peak_gib_at_max_length": round(estimate["peak"] / GIB, 4) if estimate else None,
+        "estimated_peak_gib_at_widest_batch": round(widest / GIB, 4),
+        "estimate_over_measured": round(widest / GIB / peak, 3) if peak else None,
+    }
+
+
+def bench_fsdp(ctx: Context, shape: Qwen2Shape, directory: Path, processes: int) -> dict[str, Any]:
+    """A full fine-tune sharded over ``processes`` processes, launched as the pipeline does."""
+    work = ctx.workload
+    solutions = synthesise(work.train_solutions, work.steps, seed=2)
+    # One micro-batch a step: at 8 processes the workload is 6 optimizer steps.
+    config = _training_config(
+        ctx, shape, directory, "fsdp", adapter="full", processes=processes, gradient_accumulation_steps=1
+    )
+    stamps: list[float] = []
+    used: list[int] = []
+    done = threading.Event()
+
+    def sample_device_memory() -> None:
+        # NVML's view of each GPU (every process, the CUDA context included).
+        while not done.wait(0.2):
+            used.append(max(torch.cuda.device_memory_used(i) for i in range(processes)))
+
+    sampler = threading.Thread(target=sample_device_memory, daemon=True)
+    if ctx.cuda:
+        sampler.start()
+    try:
+        result = train(solutions, config, validation=[])
+        # When the main process finished each step (its wall time, in the run's event file).
+        for line in (Path(config.output_dir) / EVENTS_FILE).read_text().splitlines():
+            event = json.loads(line)
+            if "at" in event:
+                stamps.append(float(event["at"]))
+    finally:
+        done.set()
+        shutil.rmtree(config.output_dir, ignore_errors=True)
+    # Each optimizer step takes `processes` x accumulation micro-batches, the first is the warm-up.
+    first = processes * config.gradient_accumulation_steps
+    timed = [n for batch in _step_lengths(directory, config, solutions)[first:] for n in batch]
+    estimate = (result.memory or {}).get("full") or {}
+    return {
+        "processes": processes,
+        "sharded": estimate.get("sharded"),
+        "optimizer_steps": result.optimizer_steps,
+        "timed_optimizer_steps": result.optimizer_steps - 1,
+        "losses_finite": all(math.isfinite(loss) for _, loss in result.train_loss_curve),
+        **_throughput(ctx, shape, timed, stamps[-1] - stamps[0], lora=False, devices=processes),
+        "peak_device_memory_gib": round(max(used) / GIB, 2) if used else None,
+        "estimated_peak_gib_per_process": round(estimate["peak"] / GIB, 2) if estimate else None,
+    }
+
+
+def run_lora(ctx: Context, shape: Qwen2Shape) -> None:
+    directory = ctx.scratch / f"backbone-lora-{shape.name}"
+    needs = LORA_ESTIMATE_S.get(shape.name, 0.0) if ctx.cuda else 0.0
+    try:
+        # One stage: the build is most of its cost, and without the training it measures nothing.
+        def build_and_train() -> dict[str, Any]:
+            built = build_model_directory(ctx, shape, directory)
+            return {"model": built, **bench_lora(ctx, shape, directory)}
+
+        ctx.report.stage(["lora", shape.name], needs, build_and_train)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 # -- step generator -----------------------------------------------------------------------
 
 
@@ -848,6 +1057,13 @@ def goals(report: Report) -> dict[str, Any]:
             "measured": measured,
             "met": None if measured is None else measured >= goal,
         }
+    lora = report.get(["lora", "7b"]) or {}
+    measured = lora.get("mfu")
+    summary["lora_training_mfu_7b"] = {
+        "goal": GOAL_LORA_7B_MFU,
+        "measured": measured,
+        "met": None if measured is None else measured >= GOAL_LORA_7B_MFU,
+    }
     return summary
 
 
@@ -914,7 +1130,7 @@ def prm800k_estimate(report: Report) -> dict[str, Any]:
 # -- main ---------------------------------------------------------------------------------
 
 
-def run_size(ctx: Context, shape: Qwen2Shape) -> None:
+def run_size(ctx: Context, shape: Qwen2Shape, fsdp_processes: int = 0) -> None:
     report = ctx.report
     # Stage estimates are for 1.5B on CUDA; smaller shapes need proportionally less.
     scale = max(0.1, shape.matmul_params() / SHAPES["1.5b"].matmul_params()) if ctx.cuda else 0.0
@@ -945,6 +1161,12 @@ def run_size(ctx: Context, shape: Qwen2Shape) -> None:
             STAGE_ESTIMATE_S["step_generator"] * scale,
             lambda: bench_step_generator(ctx, directory),
         )
+        if fsdp_processes > 1 and shape.name in ctx.workload.fsdp_sizes:
+            report.stage(
+                ["fsdp", shape.name],
+                STAGE_ESTIMATE_S["fsdp"] * scale,
+                functools.partial(bench_fsdp, ctx, shape, directory, fsdp_processes),
+            )
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
@@ -953,7 +1175,8 @@ def default_scratch(cuda: bool) -> Path:
     # A 1.5B backbone (3 GB in bf16) and train_prm's final float32 save (6 GB) are written
     # and read back several times; tmpfs keeps that off the disk when it has the room.
     shm = Path("/dev/shm")
-    if cuda and shm.is_dir() and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free > 16 * GIB:
+    # The 7B LoRA stage writes its 15 GB backbone and then the merged 15 GB PRM.
+    if cuda and shm.is_dir() and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free > 40 * GIB:
         return shm
     return Path(tempfile.gettempdir())
 
@@ -975,6 +1198,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train-batch-size", type=int, default=None)
     parser.add_argument("--skip-bf16-check", action="store_true")
     parser.add_argument(
+        "--fsdp-processes", type=int, default=None,
+        help="processes of the FSDP stage (default: every visible GPU on CUDA, none on the CPU; 2 runs it on gloo)",
+    )  # fmt: skip
+    parser.add_argument(
         "--threads", type=int, default=None,
         help="torch CPU threads; default 1 with --device cpu (on a busy host, waiting threads cost more than they add)",
     )  # fmt: skip
@@ -988,6 +1215,7 @@ def main(argv: list[str] | None = None) -> int:
     overrides: dict[str, Any] = {}
     if args.sizes:
         overrides["sizes"] = tuple(args.sizes.split(","))
+        overrides["lora_sizes"] = tuple(size for size in overrides["sizes"] if size in workload.lora_sizes)
         unknown = set(overrides["sizes"]) - set(SHAPES)
         if unknown:
             parser.error(f"unknown sizes: {', '.join(sorted(unknown))}")
@@ -1011,8 +1239,15 @@ def main(argv: list[str] | None = None) -> int:
         report.stage(["environment"], 0.0, lambda: environment(ctx, args.attention, attention_note))
         if not args.skip_bf16_check:
             report.stage(["bf16_vs_fp32"], 10.0 if ctx.cuda else 0.0, lambda: bench_bf16_agreement(ctx))
-        for name in workload.sizes:
-            run_size(ctx, SHAPES[name])
+        fsdp = args.fsdp_processes
+        if fsdp is None:
+            fsdp = torch.cuda.device_count() if ctx.cuda else 0
+        first, *rest = workload.sizes
+        run_size(ctx, SHAPES[first], fsdp)
+        for name in workload.lora_sizes:
+            run_lora(ctx, SHAPES[name])
+        for name in rest:
+            run_size(ctx, SHAPES[name], fsdp)
     report.put(["goals"], goals(report))
     report.put(["prm800k_estimate"], prm800k_estimate(report))
     report.finish()

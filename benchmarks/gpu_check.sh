@@ -4,7 +4,7 @@
 #   bash benchmarks/gpu_check.sh                                  # CUDA; JSON in benchmarks/out/gpu-check.json
 #   bash benchmarks/gpu_check.sh --device cpu --output /tmp/c.json
 #
-# Arguments pass through to gpu_check.py. It needs torch, transformers, accelerate and
+# Arguments pass through to gpu_check.py. It needs torch, transformers, accelerate, peft and
 # tokenizers, nothing else (no Django, no network). The script keeps its own budget
 # (--budget-s, 420 s) and a watchdog; `timeout` is the last resort if Python itself hangs.
 set -euo pipefail

@@ -554,9 +554,10 @@ def _learning_curve(args: argparse.Namespace, shares: list[float]) -> list[str]:
     from activelearn.prm.batching import encode_examples
     from activelearn.prm.data import build_examples, trajectory_with_first_error
     from activelearn.prm.evaluation import auroc, first_error_metrics, prior_threshold
+    from activelearn.prm.freezing import freeze_lower_layers
     from activelearn.prm.head_training import fit_head, separator_features
     from activelearn.prm.modeling import ProcessRewardModel
-    from activelearn.prm.training import TrainConfig, freeze_lower_layers
+    from activelearn.prm.training import TrainConfig
     from activelearn.training_data import TrainingDataFilters, labeled_solutions_list
 
     config = TrainConfig(output_dir=Path("."), backbone=args.backbone).resolved()

@@ -37,8 +37,8 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from activelearn.prm.atomic_dir import atomic_directory
+from activelearn.prm.freezing import freeze_lower_layers
 from activelearn.prm.modeling import ProcessRewardModel, tied_lm_refusal
-from activelearn.prm.training import freeze_lower_layers
 
 ADAPTATION_FILE = "adaptation.json"
 

@@ -152,24 +152,20 @@ def _load_pretrained(directory: Path, name: str, dtype: torch.dtype | None) -> L
     )
 
 
-def _build_tiny(kind: str) -> LoadedBackbone:
-    tokenizer = load_tokenizer(minilm_directory())
-    vocab_size = len(tokenizer)
-    model: PreTrainedModel
+def _tiny_config(kind: str, vocab_size: int, pad_token_id: int | None) -> BertConfig | LlamaConfig:
+    config: BertConfig | LlamaConfig
     if kind == TINY_BERT:
-        bert = BertConfig(
+        config = BertConfig(
             vocab_size=vocab_size,
             hidden_size=TINY_HIDDEN_SIZE,
             num_hidden_layers=2,
             num_attention_heads=2,
             intermediate_size=2 * TINY_HIDDEN_SIZE,
             max_position_embeddings=512,
-            pad_token_id=tokenizer.pad_token_id,
+            pad_token_id=pad_token_id,
         )
-        _prepare_config(bert)
-        model = BertModel(bert)
     else:
-        llama = LlamaConfig(
+        config = LlamaConfig(
             vocab_size=vocab_size,
             hidden_size=TINY_HIDDEN_SIZE,
             num_hidden_layers=2,
@@ -177,13 +173,40 @@ def _build_tiny(kind: str) -> LoadedBackbone:
             num_key_value_heads=2,
             intermediate_size=2 * TINY_HIDDEN_SIZE,
             max_position_embeddings=512,
-            pad_token_id=tokenizer.pad_token_id,
+            pad_token_id=pad_token_id,
             bos_token_id=None,
             eos_token_id=None,
         )
-        _prepare_config(llama)
-        model = LlamaModel(llama)
+    _prepare_config(config)
+    return config
+
+
+def _build_tiny(kind: str) -> LoadedBackbone:
+    tokenizer = load_tokenizer(minilm_directory())
+    config = _tiny_config(kind, len(tokenizer), tokenizer.pad_token_id)
+    model: PreTrainedModel = BertModel(config) if isinstance(config, BertConfig) else LlamaModel(config)
     return LoadedBackbone(model=model, tokenizer=tokenizer, base_model_name=kind)
+
+
+def backbone_config(spec: str | Path) -> PretrainedConfig | None:
+    """The transformers config of the backbone ``spec`` names, read without loading weights;
+    None for a simulated backbone (its cache may not exist yet, and its recipe trains the
+    head alone). A saved PRM directory gives its saved backbone's config."""
+    name = str(spec)
+    if name.startswith(SIM_PREFIX):
+        return None
+    if name == BUILTIN_SMOLLM2:
+        path = smollm2_file()
+        return _prepare_config(AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True))
+    if name in (TINY_BERT, TINY_LLAMA):
+        tokenizer = load_tokenizer(minilm_directory())
+        return _tiny_config(name, len(tokenizer), tokenizer.pad_token_id)
+    directory = minilm_directory() if name == BUILTIN_MINILM else Path(name).expanduser()
+    if (directory / "prm_config.json").is_file():
+        directory = directory / "backbone"
+    if not (directory / "config.json").is_file():
+        return None
+    return _prepare_config(AutoConfig.from_pretrained(str(directory), local_files_only=True))
 
 
 def load_backbone(spec: str | Path, *, dtype: torch.dtype | None = None) -> LoadedBackbone:

@@ -173,12 +173,24 @@ class ProcessRewardModel(nn.Module):
             model.head.to(dtype)
         return model, tokenizer
 
-    def save_pretrained(self, directory: str | Path, tokenizer: PreTrainedTokenizerBase) -> Path:
+    def save_pretrained(
+        self,
+        directory: str | Path,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        state_dict: dict[str, torch.Tensor] | None = None,
+    ) -> Path:
+        """Write the PRM; ``state_dict`` (this model's, gathered from FSDP shards) replaces
+        the weights this process holds."""
         target = Path(directory)
+        backbone_state = head_state = None
+        if state_dict is not None:
+            backbone_state = _with_prefix(state_dict, "backbone.")
+            head_state = _with_prefix(state_dict, "head.")
         with atomic_directory(target) as scratch:
-            self.backbone.save_pretrained(str(scratch / BACKBONE_DIR))
+            self.backbone.save_pretrained(str(scratch / BACKBONE_DIR), state_dict=backbone_state)
             tokenizer.save_pretrained(str(scratch / TOKENIZER_DIR))
-            head_state = {k: v.detach().contiguous().cpu() for k, v in self.head.state_dict().items()}
+            head_state = {k: v.detach().contiguous().cpu() for k, v in (head_state or self.head.state_dict()).items()}
             save_file(head_state, str(scratch / HEAD_FILE))
             # Written last: its presence marks a complete save for anyone listing files.
             (scratch / CONFIG_FILE).write_text(self.prm_config.to_json())
@@ -280,6 +292,10 @@ class ProcessRewardModel(nn.Module):
                 span = surprise[start - first : int(cols[member]) - first + 1]
                 out[member] = torch.stack([span.max(), span.mean(), span.sum()])
         return out
+
+
+def _with_prefix(state: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    return {key.removeprefix(prefix): value for key, value in state.items() if key.startswith(prefix)}
 
 
 def check_step_features(backbone: PreTrainedModel, names: Sequence[str]) -> None:

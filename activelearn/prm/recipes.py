@@ -42,10 +42,14 @@ class Recipe:
     freeze_layers: int
     # What the head reads beside the hidden state (activelearn.prm.modeling.STEP_FEATURES).
     step_features: tuple[str, ...] = ()
+    # The rate under LoRA (TrainConfig.adapter): adapters start at zero and move through a
+    # rank-r bottleneck, so they want a larger step than full fine-tuning (a starting point,
+    # not measured on CHAMP).
+    lora_learning_rate: float = 1e-4
 
 
 RECIPES: dict[Family, Recipe] = {
-    "tiny": Recipe("tiny", learning_rate=1e-2, num_epochs=2, max_length=512, freeze_layers=0),
+    "tiny": Recipe("tiny", learning_rate=1e-2, num_epochs=2, max_length=512, freeze_layers=0, lora_learning_rate=1e-2),
     # The LM-pretrained backbone of the simulated domain (activelearn.simulation.backbone):
     # the head reads the frozen LM's surprise at each step's tokens beside its hidden
     # state. Fine-tuning the whole model on a few hundred labels reached step AUROC 0.67;

@@ -1,8 +1,11 @@
 """Fine-tune a PRM on labeled solutions, resumably, through ``accelerate``.
 
-Run in-process (``train_prm(...)``) or under ``accelerate launch`` / ``torchrun`` for
-several GPUs: the Accelerator picks up the launcher's environment, shards the batches
-and wraps the model in DDP; nothing here talks to torch.distributed directly.
+Run in-process (``train_prm(...)``) or in every process of a distributed run
+(``activelearn.prm.distributed`` launches one per GPU): the Accelerator picks up the
+launcher's environment and shards the batches; a full fine-tune is sharded with FSDP
+(weights, gradients and optimizer state split across the processes), a LoRA run is
+replicated (DDP). Full fine-tune or LoRA is chosen by the memory estimate
+(``activelearn.prm.memory``) unless the config says which.
 """
 
 from __future__ import annotations
@@ -23,12 +26,14 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import set_seed
+from accelerate.utils import DistributedType, set_seed
 from torch.utils.data import DataLoader
 from transformers import get_scheduler
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
+from activelearn.prm.adapters import apply_lora, has_adapters, merge_adapters
 from activelearn.prm.atomic_dir import sweep_scratch
+from activelearn.prm.backbones import backbone_config
 from activelearn.prm.batching import (
     EpochBatchSampler,
     LabeledSequence,
@@ -50,6 +55,7 @@ from activelearn.prm.data import (
     training_examples,
 )
 from activelearn.prm.evaluation import auroc
+from activelearn.prm.freezing import freeze_lower_layers, transformer_blocks
 from activelearn.prm.head_training import (
     HeadEpoch,
     backbone_is_frozen,
@@ -57,6 +63,7 @@ from activelearn.prm.head_training import (
     separator_features,
     with_label_weights,
 )
+from activelearn.prm.memory import ADAPTERS, Adapter, AdapterPlan, choose_adapter, device_memory, world_size
 from activelearn.prm.modeling import CONFIG_FILE, IGNORE_INDEX, NEGATIVE, ProcessRewardModel
 from activelearn.prm.recipes import recipe_for
 
@@ -120,8 +127,23 @@ class TrainConfig:
     # steps are labeled: "final" or "every_step" (every step gets the answer's verdict).
     outcome_weight: float = 1.0
     outcome_targets: OutcomeTargets = "final"
+    # "full": every weight of the unfrozen layers trains (sharded with FSDP when the run has
+    # several processes); "lora": LoRA adapters on the backbone's linear layers, the head
+    # fully; "auto": full when its memory estimate fits the device, else LoRA, else refused
+    # with the numbers (activelearn.prm.memory). A left-out learning rate is the recipe's
+    # LoRA rate under LoRA.
+    adapter: Adapter = "auto"
+    lora_rank: int = 16
+    lora_alpha: int = 32
+    # Training processes, one per GPU: None is every GPU this process sees (1 on a CPU).
+    # More than one runs training as a distributed run (activelearn.prm.distributed).
+    processes: int | None = None
 
     def __post_init__(self) -> None:
+        if self.adapter not in ADAPTERS:
+            raise ValueError(f"adapter must be one of {list(ADAPTERS)}, got {self.adapter!r}")
+        if self.processes is not None and self.processes < 1:
+            raise ValueError(f"processes must be at least 1, got {self.processes}")
         if self.objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {list(OBJECTIVES)}, got {self.objective!r}")
         if self.outcome_targets not in OUTCOME_TARGETS:
@@ -151,6 +173,52 @@ class TrainConfig:
             freeze_layers=self.freeze_layers if self.freeze_layers is not None else recipe.freeze_layers,
             step_features=self._resolved_step_features(recipe.step_features),
         )
+
+    @property
+    def uses_cuda(self) -> bool:
+        return torch.cuda.is_available() and not self.cpu
+
+    @property
+    def uses_bf16(self) -> bool:
+        return self.uses_cuda if self.bf16 is None else self.bf16
+
+    @property
+    def uses_gradient_checkpointing(self) -> bool:
+        return self.uses_cuda if self.gradient_checkpointing is None else self.gradient_checkpointing
+
+    def planned(self, *, processes: int | None = None) -> tuple[TrainConfig, AdapterPlan]:
+        """``resolved()`` with ``adapter`` decided (full or LoRA) for a run of ``processes``
+        processes (default: the distributed run this process belongs to, else 1), and the
+        estimate that decided it. Raises ``TrainingMemoryError`` when nothing fits."""
+        resolved = self.resolved()
+        assert resolved.freeze_layers is not None and resolved.max_length is not None
+        recipe = recipe_for(self.backbone, gpu=self.uses_cuda)
+        backbone = backbone_config(self.backbone)
+        layers = int(getattr(backbone, "num_hidden_layers", 0) or 0)
+        if backbone is None or resolved.freeze_layers >= layers:
+            # Head only, on features computed once: nothing to shard or adapt.
+            plan = AdapterPlan("full", "the backbone is frozen: the head trains alone")
+            return replace(resolved, adapter="full"), plan
+        positions = getattr(backbone, "max_position_embeddings", None) or resolved.max_length
+        plan = choose_adapter(
+            self.adapter,
+            backbone,
+            device_memory(cuda=self.uses_cuda),
+            batch_size=self.batch_size,
+            max_length=min(resolved.max_length, int(positions)),
+            gradient_accumulation_steps=self.gradient_accumulation_steps,
+            gradient_checkpointing=self.uses_gradient_checkpointing,
+            bf16=self.uses_bf16,
+            cuda=self.uses_cuda,
+            processes=processes or world_size(),
+            freeze_layers=resolved.freeze_layers,
+            lora_rank=self.lora_rank,
+            lora_alpha=self.lora_alpha,
+        )
+        learning_rate = resolved.learning_rate
+        if plan.adapter == "lora" and self.learning_rate is None:
+            learning_rate = recipe.lora_learning_rate
+        return replace(resolved, adapter=plan.adapter, learning_rate=learning_rate), plan
 
     def _resolved_step_features(self, recipe_features: tuple[str, ...]) -> tuple[str, ...] | None:
         if self.step_features is not None:
@@ -201,11 +269,20 @@ class TrainResult:
     # StepExample items) and answer verdicts (OutcomeSolution items), weight-0 ones left out.
     human_labels: int = 0
     outcome_labels: int = 0
+    # Full fine-tune or LoRA, and the memory estimate that chose it (AdapterPlan.to_json).
+    memory: dict[str, Any] | None = None
 
     def to_json(self) -> str:
         values = asdict(self)
         values["final_dir"] = str(self.final_dir)
         return json.dumps(values, indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> TrainResult:
+        values = json.loads(text)
+        values["final_dir"] = Path(values["final_dir"])
+        values["train_loss_curve"] = [(int(step), float(loss)) for step, loss in values["train_loss_curve"]]
+        return cls(**values)
 
 
 @dataclass
@@ -264,8 +341,10 @@ def outcome_calibration(validation_solutions: int) -> dict[str, Any]:
 
 def _build_model(config: TrainConfig) -> tuple[ProcessRewardModel, PreTrainedTokenizerBase]:
     source = Path(config.backbone).expanduser()
+    # LoRA never updates the backbone's weights, so they need no float32 master copy.
+    dtype = torch.bfloat16 if config.adapter == "lora" and config.uses_bf16 else None
     if (source / CONFIG_FILE).is_file():
-        model, tokenizer = ProcessRewardModel.from_pretrained(source)
+        model, tokenizer = ProcessRewardModel.from_pretrained(source, dtype=dtype)
         saved = tuple(model.prm_config.step_features)
         if config.step_features is not None and tuple(config.step_features) != saved:
             # The head's inputs are fixed by the saved PRM; another set would need a new head.
@@ -278,39 +357,14 @@ def _build_model(config: TrainConfig) -> tuple[ProcessRewardModel, PreTrainedTok
             max_length=config.max_length,
             max_problem_tokens=config.max_problem_tokens,
             step_features=config.step_features or (),
+            dtype=dtype,
         )
-    freeze_lower_layers(model, config.freeze_layers or 0)
+    if config.adapter == "lora":
+        model.head.float()
+        apply_lora(model, rank=config.lora_rank, alpha=config.lora_alpha)
+    else:
+        freeze_lower_layers(model, config.freeze_layers or 0)
     return model, tokenizer
-
-
-def freeze_lower_layers(model: ProcessRewardModel, count: int) -> int:
-    """Stop gradients into the embeddings and the lowest ``count`` layers; returns how many.
-
-    The layers are the backbone's one ``ModuleList`` of ``num_hidden_layers`` blocks
-    (``encoder.layer`` in BERT, ``layers`` in Llama), found by shape rather than by name
-    so any transformers architecture works. ``count`` at or past the number of layers
-    freezes the whole backbone: then only the head trains (``head_training``).
-    """
-    if count <= 0:
-        return 0
-    total = int(getattr(model.backbone.config, "num_hidden_layers", 0))
-    blocks = next((m for m in model.backbone.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == total), None)
-    if blocks is None or total == 0:
-        raise ValueError("cannot find the backbone's transformer layers to freeze")
-    if count >= total:
-        model.backbone.requires_grad_(False)
-        return total
-    # Everything below the first trained block is frozen (word, position and type
-    # embeddings); the trained blocks and whatever follows them (a final norm) are not.
-    embeddings = model.backbone.get_input_embeddings()
-    model.backbone.requires_grad_(False)
-    for block in list(blocks)[count:]:
-        block.requires_grad_(True)
-    for child in model.backbone.children():
-        inside = {id(m) for m in child.modules()}
-        if id(blocks) not in inside and id(embeddings) not in inside:
-            child.requires_grad_(True)
-    return count
 
 
 def class_weights(sequences: Sequence[LabeledSequence], classes: int) -> torch.Tensor:
@@ -411,13 +465,15 @@ def train_prm(
     calibration is fixed (``outcome_calibration``).
     """
     started = time.monotonic()
-    config = config.resolved()
+    config, plan = config.planned()
     assert config.num_epochs is not None and config.learning_rate is not None
     output_dir = Path(config.output_dir)
-    cuda = torch.cuda.is_available() and not config.cpu
-    bf16 = cuda if config.bf16 is None else config.bf16
-    checkpointing = cuda if config.gradient_checkpointing is None else config.gradient_checkpointing
-    accelerator = Accelerator(mixed_precision="bf16" if bf16 else "no", cpu=config.cpu)
+    cuda, bf16, checkpointing = config.uses_cuda, config.uses_bf16, config.uses_gradient_checkpointing
+    # A trained backbone fine-tuned in full by several processes is sharded (FSDP); LoRA
+    # and single-process runs keep whole copies.
+    sharded = plan.full is not None and plan.adapter == "full" and world_size() > 1
+    accelerator = _accelerator(config, sharded=sharded, bf16=bf16)
+    logger.info("training: %s", plan.reason)
     if accelerator.is_main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
 
@@ -475,7 +531,15 @@ def train_prm(
     )
     trainable = [parameter for parameter in model.parameters() if parameter.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=config.learning_rate, weight_decay=config.weight_decay)
+    if sharded:
+        # One FSDP unit per transformer block: a block's weights are gathered just before it runs.
+        blocks = transformer_blocks(model)
+        assert blocks is not None and accelerator.state.fsdp_plugin is not None
+        accelerator.state.fsdp_plugin.transformer_cls_names_to_wrap = [type(blocks[0]).__name__]
     model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
+    lora = has_adapters(accelerator.unwrap_model(model))
+    if lora:
+        _checkpoint_trainable_only(accelerator, model)
 
     micro_per_epoch = len(train_loader)
     accumulation = max(1, config.gradient_accumulation_steps)
@@ -496,7 +560,8 @@ def train_prm(
     state = _State(data_seed=config.seed)
     resume_dir = latest_checkpoint(output_dir)
     if resume_dir is not None:
-        accelerator.load_state(str(resume_dir))
+        # A LoRA checkpoint holds the adapters and the head; the frozen weights are the backbone's.
+        accelerator.load_state(str(resume_dir), **({"strict": False} if lora else {}))
         saved = json.loads((resume_dir / TRAINER_STATE_FILE).read_text())
         state = _State(
             step=saved["step"],
@@ -567,10 +632,17 @@ def train_prm(
     final_dir = output_dir / FINAL_DIR
     unwrapped = accelerator.unwrap_model(model)
     assert isinstance(unwrapped, ProcessRewardModel)
+    # Sharded weights are gathered by every process together; the main process saves them.
+    full_state = accelerator.get_state_dict(model) if sharded else None
+    if lora:
+        # Calibrated and saved as merged: exactly the model a later load scores with.
+        merge_adapters(unwrapped)
     calibration = None
     if config.objective == "outcome":
         calibration = outcome_calibration(len(val_items))
-    elif accelerator.is_main_process:
+    elif accelerator.is_main_process or sharded:
+        # Under FSDP every process runs the same forward passes (each gathers the blocks
+        # it does not hold); only the main process's result is kept.
         calibration = _calibrate_process(unwrapped, tokenizer, val_items, config.eval_batch_size, selection_pool)
     result = TrainResult(
         final_dir=final_dir,
@@ -590,12 +662,50 @@ def train_prm(
         hyperparameters=config.hyperparameters(),
         human_labels=labels_by_source[0],
         outcome_labels=labels_by_source[1],
+        memory=plan.to_json(),
     )
     if accelerator.is_main_process:
-        unwrapped.save_pretrained(final_dir, tokenizer)
+        unwrapped.save_pretrained(final_dir, tokenizer, state_dict=full_state)
         _write_atomically(output_dir / RESULT_FILE, result.to_json())
     accelerator.wait_for_everyone()
     return result
+
+
+def _accelerator(config: TrainConfig, *, sharded: bool, bf16: bool) -> Accelerator:
+    precision = "bf16" if bf16 else "no"
+    if not sharded:
+        return Accelerator(mixed_precision=precision, cpu=config.cpu)
+    from accelerate import FullyShardedDataParallelPlugin
+    from accelerate.state import AcceleratorState, PartialState
+
+    plugin = FullyShardedDataParallelPlugin(
+        fsdp_version=2,
+        auto_wrap_policy="transformer_based_wrap",
+        reshard_after_forward=True,
+        # Each process writes its own shard of a checkpoint: no process ever holds them all.
+        state_dict_type="SHARDED_STATE_DICT",
+    )
+    accelerator = Accelerator(mixed_precision=precision, cpu=config.cpu, fsdp_plugin=plugin)
+    if accelerator.distributed_type != DistributedType.FSDP:
+        # accelerate offers FSDP on accelerators only, while torch's FSDP2 shards CPU
+        # processes over gloo as well: switched on here by hand, the CPU run (the test
+        # suite's) goes through the very code path a GPU run takes.
+        for shared in (PartialState._shared_state, AcceleratorState._shared_state):
+            shared["distributed_type"] = DistributedType.FSDP
+        AcceleratorState._shared_state["fsdp_plugin"] = plugin
+    return accelerator
+
+
+def _checkpoint_trainable_only(accelerator: Accelerator, model: torch.nn.Module) -> None:
+    """Intermediate checkpoints of a LoRA run keep the adapters and the head alone: the
+    frozen backbone (14 GB for a 7B in bf16) is the base model's, unchanged."""
+    trainable = {name for name, parameter in model.named_parameters() if parameter.requires_grad}
+
+    def keep_trainable(models: list[torch.nn.Module], weights: list[dict[str, Any]], output_dir: str) -> None:
+        for index, state in enumerate(weights):
+            weights[index] = {name: value for name, value in state.items() if name in trainable}
+
+    accelerator.register_save_state_pre_hook(keep_trainable)
 
 
 def _calibrate_process(

@@ -56,10 +56,11 @@ def test_the_cpu_run_finishes_every_stage_without_django(cpu_report):
         "models/tiny/training/checkpointing": "ok",
         "models/tiny/training/no_checkpointing": "ok",
         "models/tiny/step_generator": "ok",
+        "lora/tiny": "ok",
     }
     environment = cpu_report["environment"]
     assert environment["attention"] == "sdpa" and environment["matmul_peak_tflops"] > 0
-    assert set(environment["flops"]) == {"params", "scoring", "training", "notes", "mfu"}
+    assert set(environment["flops"]) == {"params", "scoring", "training", "lora_training", "notes", "mfu"}
 
 
 def test_bf16_scores_agree_with_float32_within_the_stated_tolerance(cpu_report):
@@ -93,6 +94,16 @@ def test_training_runs_with_and_without_checkpointing_on_float32_master_weights(
         assert run["model_tflop"] > 0 and run["pipeline_mfu_vs_matmul"] > 0
 
 
+def test_lora_training_reports_throughput_and_its_peak_against_the_memory_estimate(cpu_report):
+    lora = cpu_report["lora"]["tiny"]
+    assert lora["adapter"] == "lora" and lora["losses_finite"] and lora["optimizer_steps"] == 2
+    assert 0 < lora["trainable_parameters"] < 0.2 * lora["parameters"]
+    assert lora["tokens_per_s"] > 0 and lora["mfu_vs_matmul"] > 0 and lora["mfu"] is None
+    # Measured by the CPU allocator; the estimate at the widest batch the run had.
+    assert lora["estimate_over_measured"] == pytest.approx(1.0, abs=0.15)
+    assert cpu_report["goals"]["lora_training_mfu_7b"] == {"goal": 0.3, "measured": None, "met": None}
+
+
 def test_the_step_generator_returns_reproducible_candidates(cpu_report):
     generator = cpu_report["models"]["tiny"]["step_generator"]
     assert generator["candidates"] > 0 and generator["device"] == "cpu"
@@ -107,7 +118,7 @@ def test_the_prm800k_estimate_is_the_sum_of_training_and_scoring(cpu_report):
     assert cpu_report["goals"]["training_mfu_1.5b"] == {"goal": 0.35, "measured": None, "met": None}
 
 
-@pytest.mark.parametrize(("name", "published"), [("0.5b", 0.36e9), ("1.5b", 1.31e9)])
+@pytest.mark.parametrize(("name", "published"), [("0.5b", 0.36e9), ("1.5b", 1.31e9), ("7b", 6.53e9)])
 def test_the_flop_model_counts_qwen2_5_non_embedding_parameters_as_published(name, published):
     assert SHAPES[name].matmul_params() == pytest.approx(published, rel=0.01)
 

@@ -72,6 +72,19 @@ class Command(BaseCommand):
         parser.add_argument("--val-fraction", type=float)
         parser.add_argument("--seed", type=int)
         parser.add_argument("--checkpoint-every", type=int, help="optimizer steps between resumable checkpoints")
+        parser.add_argument(
+            "--adapter",
+            choices=["auto", "full", "lora"],
+            help="full fine-tune or LoRA; auto (the default): full when the memory estimate fits the GPU, else "
+            "LoRA, else refused with the numbers",
+        )
+        parser.add_argument("--lora-rank", type=int, help="rank of the LoRA adapters (default 16)")
+        parser.add_argument(
+            "--processes",
+            type=int,
+            help="training processes, one per GPU (default: every GPU visible; several shard a full fine-tune "
+            "with FSDP)",
+        )
         parser.add_argument("--include-quality-control", action="store_true")
         parser.add_argument("--include-screening", action="store_true")
         parser.add_argument("--include-unfinished", action="store_true", help="keep bad_problem / give_up labels")
@@ -147,6 +160,9 @@ class Command(BaseCommand):
                         ("val_fraction", "val_fraction"),
                         ("seed", "seed"),
                         ("checkpoint_every", "checkpoint_every"),
+                        ("adapter", "adapter"),
+                        ("lora_rank", "lora_rank"),
+                        ("processes", "processes"),
                     )
                     if options[option] is not None
                 }

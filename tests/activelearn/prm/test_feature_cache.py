@@ -7,8 +7,9 @@ import torch
 
 from activelearn.prm import feature_cache
 from activelearn.prm.feature_cache import FeatureCache
+from activelearn.prm.freezing import freeze_lower_layers
 from activelearn.prm.scoring import score_solutions
-from activelearn.prm.training import TrainConfig, freeze_lower_layers, train_prm
+from activelearn.prm.training import TrainConfig, train_prm
 from tests.activelearn.prm.conftest import keyword_solutions
 
 LONG = [f"step {i} we compute the value then add both sides so it follows" for i in range(40)]

@@ -17,6 +17,10 @@ MODULES = ", ".join(
         "scoring",
         "evaluation",
         "adaptation",
+        "adapters",
+        "freezing",
+        "memory",
+        "distributed",
     )
 )
 

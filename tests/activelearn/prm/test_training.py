@@ -10,6 +10,7 @@ from safetensors.torch import load_file
 from activelearn.prm.batching import LabeledSequence
 from activelearn.prm.data import LabeledSolution
 from activelearn.prm.evaluation import labeled_step_auroc
+from activelearn.prm.freezing import freeze_lower_layers
 from activelearn.prm.modeling import ProcessRewardModel
 from activelearn.prm.recipes import recipe_for
 from activelearn.prm.training import (
@@ -17,7 +18,6 @@ from activelearn.prm.training import (
     TrainConfig,
     TrainResult,
     class_weights,
-    freeze_lower_layers,
     latest_checkpoint,
     train_prm,
 )
