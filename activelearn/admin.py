@@ -20,11 +20,8 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from activelearn.evaluation_summary import checkpoint_evaluation_rows
-from activelearn.generation_report import generation_notes, generation_progress, generation_summary
-from activelearn.models import PRMCheckpoint, SolutionScore
-from activelearn.phase_one import phase_one_open
-from activelearn.pipeline import (
+from activelearn.checkpoints.summary import checkpoint_evaluation_rows
+from activelearn.generations.pipeline import (
     INTEGER_MAX,
     K_MAX,
     GenerationConfig,
@@ -34,6 +31,9 @@ from activelearn.pipeline import (
     generation_retry,
     generation_start,
 )
+from activelearn.generations.report import generation_notes, generation_progress, generation_summary
+from activelearn.models import PRMCheckpoint, SolutionScore
+from activelearn.stepgen.phase_one import phase_one_open
 from labeling.admin import SolutionAdmin
 from labeling.models import Generation, Phase, Solution
 from labeling.staff.admin_base import FastListAdmin, ReadOnlyAdminMixin

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 
-from activelearn.answer_grading import solutions_grade
-from activelearn.phase_one import phase_one_open
-from activelearn.pipeline import GenerationConfig
+from activelearn.generations.pipeline import GenerationConfig
+from activelearn.grading.service import solutions_grade
+from activelearn.stepgen.phase_one import phase_one_open
 from labeling.data.demo import ROLE_SCREENING, UNIQUE_ID_PREFIX, DemoLoadResult, demo_load
 from labeling.models import Generation, GenerationStatus, Phase, Problem, Solution, Task, TaskStatus
 from labeling.quality.gold import gold_from_first_errors, quality_control_set_create, screening_set_create

@@ -27,9 +27,9 @@ from activelearn.grading.comparison import (
     GradeResult,
     grade_in_process,
 )
-from activelearn.grading.extraction import extract_final_answer
 from activelearn.grading.normalization import normalize_answer
 from activelearn.grading.workers import GradingPool, grade_answer, grade_many
+from mathtext.extraction import extract_final_answer
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",

@@ -4,7 +4,7 @@ arms of the small-scale study and a loop that trains and evaluates real PRMs and
 generation by generation. No Django imports (a test checks it). See docs/simulation.md.
 """
 
-from activelearn.selection import PoolCandidate, Selected, select_convincing, select_uniform
+from activelearn.selection.rules import PoolCandidate, Selected, select_convincing, select_uniform
 from activelearn.simulation.arms import ARMS, Arm
 from activelearn.simulation.campaign import (
     CampaignConfig,

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from activelearn.selection import PoolCandidate, Selected, select_convincing, select_uniform
+from activelearn.selection.rules import PoolCandidate, Selected, select_convincing, select_uniform
 from activelearn.simulation.arms import Arm
 from activelearn.simulation.backbone import (
     DEFAULT_SIM_BACKBONE,

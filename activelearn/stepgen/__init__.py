@@ -20,7 +20,7 @@ from activelearn.stepgen.base import (
     StepGenerator,
 )
 from activelearn.stepgen.openai_http import OpenAICompletionsGenerator
-from activelearn.stepgen.splitting import ANSWER_MARKER, FirstStep, first_step
+from mathtext.splitting import ANSWER_MARKER, FirstStep, first_step
 
 __all__ = [
     "ANSWER_MARKER",

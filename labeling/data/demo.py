@@ -49,8 +49,6 @@ from django.db import connection, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from activelearn.grading.extraction import extract_final_answer
-from activelearn.stepgen.splitting import split_steps
 from labeling.data.labels import label_steps_for
 from labeling.models import (
     Assignment,
@@ -73,6 +71,8 @@ from labeling.models import (
     content_sha256,
     text_sha256,
 )
+from mathtext.extraction import extract_final_answer
+from mathtext.splitting import split_steps
 
 CHAMP_VERSION = "v0"
 UNIQUE_ID_PREFIX = "champ/"

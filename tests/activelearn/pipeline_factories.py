@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from activelearn import pipeline
+from activelearn.generations import pipeline
 from activelearn.models import ScoreChunkStatus
 from annotate import celery
 from labeling.models import Generation, GenerationStatus, Problem, Solution, content_sha256, text_sha256

@@ -3,7 +3,7 @@ import time
 import pytest
 from django.core.management import call_command
 
-from activelearn.answer_grading import solutions_grade, solutions_grade_range
+from activelearn.grading.service import solutions_grade, solutions_grade_range
 from labeling.models import Solution
 
 from .hanging_grader import hangs_on_request

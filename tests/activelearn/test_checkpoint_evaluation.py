@@ -2,14 +2,14 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from activelearn.checkpoint_evaluation import checkpoint_evaluate
-from activelearn.checkpoints import checkpoint_train
+from activelearn.checkpoints.evaluation import checkpoint_evaluate
+from activelearn.checkpoints.runs import checkpoint_train
+from activelearn.checkpoints.training_data import OutcomeDataFilters, TrainingDataFilters, labeled_solutions_list
 from activelearn.models import PRMCheckpoint, SolutionScore
 from activelearn.prm.data import trajectory_with_first_error
 from activelearn.prm.evaluation import first_error_metrics, labeled_step_auroc
 from activelearn.prm.modeling import ProcessRewardModel
 from activelearn.prm.scoring import score_solutions
-from activelearn.training_data import OutcomeDataFilters, TrainingDataFilters, labeled_solutions_list
 from labeling.models import FinishReason, Problem, Solution
 
 from .label_factories import TINY_CONFIG, Step, keyword_labels, labeled, problem, solution

@@ -5,7 +5,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from activelearn.checkpoints import (
+from activelearn.checkpoints.runs import (
     STEP_FEATURE_NAMES,
     TRAIN_CONFIG_KEYS,
     CheckpointStoppedError,
@@ -15,11 +15,11 @@ from activelearn.checkpoints import (
     checkpoint_train,
     checkpoint_transition,
 )
+from activelearn.checkpoints.scoring import solutions_score, solutions_score_range
 from activelearn.models import CheckpointStatus, PRMCheckpoint, SolutionScore
 from activelearn.prm.modeling import STEP_FEATURES, ProcessRewardModel
 from activelearn.prm.scoring import score_solutions
 from activelearn.prm.training import ForeignRunError, TrainConfig, output_dir_claim
-from activelearn.solution_scoring import solutions_score, solutions_score_range
 from labeling.models import Problem
 
 from .label_factories import TINY_CONFIG, keyword_labels, problem, solution

@@ -1,6 +1,6 @@
 import pytest
 
-from activelearn.evaluation_summary import checkpoint_evaluation_rows
+from activelearn.checkpoints.summary import checkpoint_evaluation_rows
 from activelearn.models import CheckpointStatus, PRMCheckpoint
 
 pytestmark = pytest.mark.django_db

@@ -10,10 +10,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from activelearn import pipeline
-from activelearn.liveness import Pulse
+from activelearn.generations import pipeline
+from activelearn.generations.liveness import Pulse
+from activelearn.generations.reconciler import pipeline_reconcile_at_worker_start
 from activelearn.models import GenerationRun
-from activelearn.reconciler import pipeline_reconcile_at_worker_start
 
 from .pipeline_factories import config, queued
 

@@ -13,10 +13,10 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from activelearn.checkpoints import checkpoint_aggregation, checkpoint_create, checkpoint_training_set
+from activelearn.checkpoints.runs import checkpoint_aggregation, checkpoint_create, checkpoint_training_set
+from activelearn.checkpoints.training_data import OutcomeDataFilters, OutcomeSelectionError, outcome_solutions_list
+from activelearn.generations.pipeline import GenerationConfigError, generation_prepare, generation_start
 from activelearn.models import CheckpointObjective, CheckpointStatus, GenerationRun, PRMCheckpoint, SolutionScore
-from activelearn.pipeline import GenerationConfigError, generation_prepare, generation_start
-from activelearn.training_data import OutcomeDataFilters, OutcomeSelectionError, outcome_solutions_list
 from labeling.models import Generation, Problem, Solution
 from tests.labeling.admin_factories import make_staff
 

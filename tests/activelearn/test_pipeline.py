@@ -5,9 +5,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from activelearn import pipeline
-from activelearn.models import CheckpointStatus, GenerationRun, PRMCheckpoint, ScoreChunk, SolutionScore
-from activelearn.pipeline import (
+from activelearn.generations import pipeline
+from activelearn.generations.pipeline import (
     GenerationConfig,
     GenerationConfigError,
     GenerationRunningError,
@@ -17,6 +16,7 @@ from activelearn.pipeline import (
     generation_start,
     generation_transition,
 )
+from activelearn.models import CheckpointStatus, GenerationRun, PRMCheckpoint, ScoreChunk, SolutionScore
 from labeling.models import Generation, GenerationStatus, Solution, Task, TaskKind
 
 from .label_factories import Step, labeled

@@ -4,7 +4,7 @@ with the campaign simulation): checked as properties, the way generation_select 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from activelearn.selection import PoolCandidate, Selected, select_convincing, serving_order
+from activelearn.selection.rules import PoolCandidate, Selected, select_convincing, serving_order
 
 candidates_st = st.lists(
     st.builds(

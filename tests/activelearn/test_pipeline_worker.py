@@ -21,9 +21,9 @@ import pytest
 from django.conf import settings as django_settings
 from django.db import connection, connections
 
-from activelearn import pipeline
+from activelearn.generations import pipeline
+from activelearn.generations.reconciler import pipeline_reconcile
 from activelearn.models import GenerationRun, ScoreChunk, ScoreChunkStatus, SolutionScore
-from activelearn.reconciler import pipeline_reconcile
 from labeling.models import Generation, GenerationStatus, Task
 from tests import conftest as shared
 from tests.conftest import WorkerProcess

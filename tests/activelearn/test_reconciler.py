@@ -6,9 +6,9 @@ import pytest
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from activelearn import pipeline
+from activelearn.generations import pipeline
+from activelearn.generations.reconciler import pipeline_cadence, pipeline_reconcile
 from activelearn.models import CheckpointStatus, GenerationRun, PRMCheckpoint, ScoreChunk, ScoreChunkStatus
-from activelearn.reconciler import pipeline_cadence, pipeline_reconcile
 from labeling.models import Generation, GenerationStatus, Task
 
 from .pipeline_factories import config, labels, pool, queued

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from activelearn.selection import PoolCandidate, select_convincing, select_uniform
+from activelearn.selection.rules import PoolCandidate, select_convincing, select_uniform
 
 
 @st.composite

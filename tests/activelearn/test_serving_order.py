@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
-from activelearn import pipeline
+from activelearn.generations import pipeline
 from activelearn.models import CheckpointStatus, GenerationRun, PRMCheckpoint, ScoreChunk, SolutionScore
 from labeling.models import (
     Generation,

@@ -2,7 +2,7 @@ import time
 
 import pytest
 
-from activelearn.checkpoints import checkpoint_train
+from activelearn.checkpoints.runs import checkpoint_train
 from activelearn.models import SolutionScore
 from activelearn.tasks import score_chunk_task
 

@@ -2,9 +2,9 @@ from typing import Any
 
 import pytest
 
+from activelearn.checkpoints.training_data import TrainingDataFilters, labeled_solutions_list, training_set_build
 from activelearn.prm.data import LabeledStep, RatedCompletion, build_examples, split_by_problem
 from activelearn.prm.modeling import NEGATIVE, NEUTRAL, POSITIVE
-from activelearn.training_data import TrainingDataFilters, labeled_solutions_list, training_set_build
 from labeling.models import FinishReason, LabelerStatus, TaskKind
 
 from .label_factories import Built, Step, keyword_labels, labeled, labeler
@@ -118,7 +118,7 @@ def test_it_reads_any_number_of_assignments_in_two_queries(django_assert_num_que
 
 
 def test_it_pages_through_assignments(monkeypatch, django_assert_num_queries):
-    monkeypatch.setattr("activelearn.training_data.CHUNK", 4)
+    monkeypatch.setattr("activelearn.checkpoints.training_data.CHUNK", 4)
     keyword_labels(9, seed=6)
     # three pages of 4, 4, 1: two queries each, the short last page ends the loop
     with django_assert_num_queries(6):

@@ -161,7 +161,7 @@ def export_writers(*, seconds: float, log: str, go: str) -> dict[str, Any]:
 def pipeline(*, stage: str, training: dict[str, Any], labels: int = 6, problems: int = 3, per_problem: int = 4,
              k: int = 4) -> dict[str, Any]:  # fmt: skip
     """A generation that has reached ``stage`` (training: dispatched; scoring: trained here, chunks queued)."""
-    from activelearn import pipeline as pipe
+    from activelearn.generations import pipeline as pipe
     from tests.activelearn import pipeline_factories as factories
 
     factories.labels(labels)
@@ -178,7 +178,7 @@ def pipeline(*, stage: str, training: dict[str, Any], labels: int = 6, problems:
 
 
 def reconcile() -> dict[str, Any]:
-    from activelearn.reconciler import pipeline_reconcile
+    from activelearn.generations.reconciler import pipeline_reconcile
 
     report = pipeline_reconcile()
     return {"redispatched": report.redispatched, "chunks_requeued": report.chunks_requeued, "failed": report.failed}

@@ -5,7 +5,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from activelearn.pipeline import PipelineError, generation_start
+from activelearn.generations.pipeline import PipelineError, generation_start
 
 
 class Command(BaseCommand):

@@ -1,7 +1,7 @@
 import pytest
 
 from activelearn.stepgen.base import PromptTemplate, SampleOutcome, SamplingRecord, collect_candidates
-from activelearn.stepgen.splitting import FirstStep, dedupe, first_step, is_answer_step, split_steps
+from mathtext.splitting import FirstStep, dedupe, first_step, is_answer_step, split_steps
 
 CASES = [
     # generated text after the prompt            -> first step, complete

@@ -4,7 +4,7 @@ import pytest
 from django.utils import timezone
 
 from activelearn.stepgen import OpenAICompletionsGenerator
-from activelearn.stepgen_service import (
+from activelearn.stepgen.service import (
     StepPrefixError,
     candidates_generate,
     step_generator,
@@ -115,7 +115,7 @@ def test_prefetch_enqueues_after_commit_and_the_task_stores_candidates(
     store = InMemoryCandidateStore()
     # The web side claims the slot, the worker side stores the result: both find this store.
     monkeypatch.setattr("labeling.work.candidates.candidate_store", lambda: store)
-    monkeypatch.setattr("activelearn.stepgen_service.candidate_store", lambda: store)
+    monkeypatch.setattr("activelearn.stepgen.service.candidate_store", lambda: store)
     state = ServerState(documents_for("What is $1+1$?", ["We add.", "So $1+1=2$."]))
 
     with completions_server(state) as url:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db.models import Q
 
-from activelearn.solution_selectors import solutions_matching
+from activelearn.selection.solutions import solutions_matching
 from labeling.data.snapshot import read_snapshot
 from labeling.models import (
     Assignment,

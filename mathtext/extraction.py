@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import re
 
-from activelearn.grading import claims
-from activelearn.grading.mathtext import (
+from mathtext import claims
+from mathtext.notation import (
     NUMBER_WORDS,
     PLACEHOLDER,
     UNIT_TAIL,

@@ -22,15 +22,15 @@ from typing import TYPE_CHECKING, Any, cast
 from django.conf import settings
 from django.utils import timezone
 
-from activelearn.liveness import Pulse
-from activelearn.models import CheckpointObjective, CheckpointStatus, PRMCheckpoint
-from activelearn.training_data import (
+from activelearn.checkpoints.training_data import (
     OutcomeDataFilters,
     OverlappingSplitsError,
     TrainingDataFilters,
     TrainingSet,
     training_set_build,
 )
+from activelearn.generations.liveness import Pulse
+from activelearn.models import CheckpointObjective, CheckpointStatus, PRMCheckpoint
 
 if TYPE_CHECKING:
     from activelearn.prm.adaptation import AdaptConfig
@@ -298,8 +298,8 @@ def checkpoint_run(
     output directory). On an exception the row is marked FAILED with the error and the
     exception propagates.
     """
+    from activelearn.checkpoints.scoring import feature_cache_configure
     from activelearn.prm.training import TrainConfig, train_prm
-    from activelearn.solution_scoring import feature_cache_configure
 
     checkpoint = PRMCheckpoint.objects.get(pk=checkpoint_id)
     if checkpoint.status == CheckpointStatus.READY:
@@ -495,7 +495,7 @@ def backbone_adapt(
     import json
 
     from activelearn.prm.adaptation import ADAPTATION_FILE, adapt_backbone
-    from activelearn.solution_selectors import solution_texts
+    from activelearn.selection.solutions import solution_texts
 
     rows = solution_texts(splits=filters.splits or (), problem_ids=filters.problem_ids or ())
     digest = hashlib.sha256(json.dumps([spec, asdict(config), [row[2] for row in rows]]).encode()).hexdigest()

@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-from activelearn.grading.mathtext import NUMBER_WORDS
+from mathtext.notation import NUMBER_WORDS
 
 
 class Polarity(StrEnum):

@@ -56,12 +56,12 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from activelearn.checkpoints import checkpoint_aggregation, checkpoint_threshold, checkpoint_training_set
+from activelearn.checkpoints.runs import checkpoint_aggregation, checkpoint_threshold, checkpoint_training_set
+from activelearn.checkpoints.scoring import checkpoint_model_load
+from activelearn.checkpoints.training_data import TrainingDataFilters, labeled_solutions_list
 from activelearn.grading import extract_final_answer, normalize_answer
 from activelearn.grading.equivalence import answer_groups
 from activelearn.models import CheckpointObjective, PRMCheckpoint, SolutionScore
-from activelearn.solution_scoring import checkpoint_model_load
-from activelearn.training_data import TrainingDataFilters, labeled_solutions_list
 from labeling.models import Solution, Task
 
 if TYPE_CHECKING:

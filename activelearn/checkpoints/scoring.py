@@ -20,7 +20,7 @@ from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
 from activelearn.models import CheckpointStatus, PRMCheckpoint, SolutionScore
-from activelearn.solution_selectors import solutions_matching
+from activelearn.selection.solutions import solutions_matching
 from labeling.models import Solution
 
 if TYPE_CHECKING:

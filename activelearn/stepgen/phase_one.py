@@ -17,8 +17,8 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from activelearn.pipeline import INTEGER_MAX, GenerationConfigError, GenerationStateError
-from activelearn.selection import PoolCandidate, select_uniform
+from activelearn.generations.pipeline import INTEGER_MAX, GenerationConfigError, GenerationStateError
+from activelearn.selection.rules import PoolCandidate, select_uniform
 from labeling.models import (
     Generation,
     GenerationStatus,

@@ -42,7 +42,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, Exists, F, Max, OuterRef, Q, Sum
 from django.utils import timezone
 
-from activelearn.checkpoints import (
+from activelearn.checkpoints.runs import (
     OUTCOME_MIX_KEYS,
     TRAIN_CONFIG_KEYS,
     backbone_check,
@@ -51,7 +51,7 @@ from activelearn.checkpoints import (
     checkpoint_run,
     checkpoint_threshold,
 )
-from activelearn.liveness import Pulse
+from activelearn.generations.liveness import Pulse
 from activelearn.models import (
     CheckpointObjective,
     CheckpointStatus,
@@ -61,7 +61,7 @@ from activelearn.models import (
     ScoreChunkStatus,
     SolutionScore,
 )
-from activelearn.selection import PoolCandidate, Selected, select_convincing, serving_order
+from activelearn.selection.rules import PoolCandidate, Selected, select_convincing, serving_order
 from annotate.celery import send_after_commit
 from labeling.models import (
     RUNNING_GENERATION_STATUSES,
@@ -698,7 +698,7 @@ def score_chunk_run(*, chunk_id: int) -> int:
     reduction = cast("Reduction", config.reduction or checkpoint_aggregation(checkpoint=run.checkpoint))
     scored_here = 0
     try:
-        from activelearn.solution_scoring import solutions_score
+        from activelearn.checkpoints.scoring import solutions_score
 
         # The pulse covers loading the checkpoint and every batch (activelearn.liveness).
         with Pulse(lambda: mine.update(heartbeat_at=timezone.now()) == 1) as pulse:
@@ -769,7 +769,7 @@ def generation_grade(*, generation_id: int) -> int:
         return 0
     graded_now = 0
     try:
-        from activelearn.answer_grading import solutions_grade
+        from activelearn.grading.service import solutions_grade
 
         config = GenerationConfig.from_json(run.config)
         pool = run_pool_ids(run=run)

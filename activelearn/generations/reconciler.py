@@ -34,13 +34,13 @@ from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from activelearn.models import CheckpointStatus, GenerationRun, ScoreChunk, ScoreChunkStatus
-from activelearn.pipeline import (
+from activelearn.generations.pipeline import (
     RUNNING,
     generation_dispatch,
     generation_fail,
     score_chunks_enqueue,
 )
+from activelearn.models import CheckpointStatus, GenerationRun, ScoreChunk, ScoreChunkStatus
 from labeling.models import Generation, GenerationStatus, Phase
 
 logger = logging.getLogger(__name__)
@@ -195,7 +195,7 @@ def pipeline_cadence(*, now: datetime | None = None) -> Generation | None:
     """
     import json
 
-    from activelearn.pipeline import GenerationRunningError, generation_start
+    from activelearn.generations.pipeline import GenerationRunningError, generation_start
 
     below = settings.PIPELINE_AUTO_START_BELOW_OPEN_TASKS
     every = settings.PIPELINE_AUTO_START_EVERY_S
