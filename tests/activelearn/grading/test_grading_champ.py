@@ -18,7 +18,7 @@ import pytest
 from activelearn.grading import grade_in_process
 from labeling.data import demo
 
-TABLE = Path(__file__).parent / "data" / "champ_correct_verdicts.jsonl"
+TABLE = Path(__file__).parents[1] / "data" / "champ_correct_verdicts.jsonl"
 
 
 def rows() -> list[dict[str, str]]:

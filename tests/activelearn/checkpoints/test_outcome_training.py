@@ -18,9 +18,8 @@ from activelearn.checkpoints.training_data import OutcomeDataFilters, OutcomeSel
 from activelearn.generations.pipeline import GenerationConfigError, generation_prepare, generation_start
 from activelearn.models import CheckpointObjective, CheckpointStatus, GenerationRun, PRMCheckpoint, SolutionScore
 from labeling.models import Generation, Problem, Solution
+from tests.activelearn.label_factories import FILLER, keyword_labels, problem, solution
 from tests.labeling.admin_factories import make_staff
-
-from .label_factories import FILLER, keyword_labels, problem, solution
 
 pytestmark = pytest.mark.django_db
 

@@ -21,8 +21,7 @@ from activelearn.prm.modeling import STEP_FEATURES, ProcessRewardModel
 from activelearn.prm.scoring import score_solutions
 from activelearn.prm.training import ForeignRunError, TrainConfig, output_dir_claim
 from labeling.models import Problem
-
-from .label_factories import TINY_CONFIG, keyword_labels, problem, solution
+from tests.activelearn.label_factories import TINY_CONFIG, keyword_labels, problem, solution
 
 pytestmark = pytest.mark.django_db
 

@@ -25,7 +25,7 @@ import pytest
 from activelearn.grading import extract_final_answer, grade_in_process
 from benchmarks import grading_champ
 
-TABLE = Path(__file__).parent / "data" / "champ_layout_verdicts.jsonl"
+TABLE = Path(__file__).parents[1] / "data" / "champ_layout_verdicts.jsonl"
 SEED = 38
 PER_CLASS = 20
 

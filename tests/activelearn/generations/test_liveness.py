@@ -14,8 +14,7 @@ from activelearn.generations import pipeline
 from activelearn.generations.liveness import Pulse
 from activelearn.generations.reconciler import pipeline_reconcile_at_worker_start
 from activelearn.models import GenerationRun
-
-from .pipeline_factories import config, queued
+from tests.activelearn.pipeline_factories import config, queued
 
 
 class Beats:

@@ -6,8 +6,7 @@ from activelearn.checkpoints.training_data import TrainingDataFilters, labeled_s
 from activelearn.prm.data import LabeledStep, RatedCompletion, build_examples, split_by_problem
 from activelearn.prm.modeling import NEGATIVE, NEUTRAL, POSITIVE
 from labeling.models import FinishReason, LabelerStatus, TaskKind
-
-from .label_factories import Built, Step, keyword_labels, labeled, labeler
+from tests.activelearn.label_factories import Built, Step, keyword_labels, labeled, labeler
 
 pytestmark = pytest.mark.django_db
 

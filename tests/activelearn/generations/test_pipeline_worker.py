@@ -26,9 +26,8 @@ from activelearn.generations.reconciler import pipeline_reconcile
 from activelearn.models import GenerationRun, ScoreChunk, ScoreChunkStatus, SolutionScore
 from labeling.models import Generation, GenerationStatus, Task
 from tests import conftest as shared
+from tests.activelearn.pipeline_factories import config, labels, pool
 from tests.conftest import WorkerProcess
-
-from .pipeline_factories import config, labels, pool
 
 S = GenerationStatus
 pytestmark = [pytest.mark.celery_worker, pytest.mark.slow]

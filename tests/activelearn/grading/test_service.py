@@ -5,9 +5,9 @@ from django.core.management import call_command
 
 from activelearn.grading.service import solutions_grade, solutions_grade_range
 from labeling.models import Solution
+from tests.activelearn.label_factories import problem, solution
 
 from .hanging_grader import hangs_on_request
-from .label_factories import problem, solution
 
 pytestmark = pytest.mark.django_db
 
@@ -72,8 +72,7 @@ def _graded_ids() -> set[int]:
 
 def test_the_grade_command_selects_work_by_split_problem_and_generation(capsys):
     from labeling.models import Split, Task
-
-    from .label_factories import generation
+    from tests.activelearn.label_factories import generation
 
     train = problem(unique_id="champ/P_Train_1")
     train.split = Split.TRAIN

@@ -11,8 +11,7 @@ from activelearn.prm.evaluation import first_error_metrics, labeled_step_auroc
 from activelearn.prm.modeling import ProcessRewardModel
 from activelearn.prm.scoring import score_solutions
 from labeling.models import FinishReason, Problem, Solution
-
-from .label_factories import TINY_CONFIG, Step, keyword_labels, labeled, problem, solution
+from tests.activelearn.label_factories import TINY_CONFIG, Step, keyword_labels, labeled, problem, solution
 
 pytestmark = pytest.mark.django_db
 

@@ -10,8 +10,7 @@ from activelearn.generations import pipeline
 from activelearn.generations.reconciler import pipeline_cadence, pipeline_reconcile
 from activelearn.models import CheckpointStatus, GenerationRun, PRMCheckpoint, ScoreChunk, ScoreChunkStatus
 from labeling.models import Generation, GenerationStatus, Task
-
-from .pipeline_factories import config, labels, pool, queued
+from tests.activelearn.pipeline_factories import config, labels, pool, queued
 
 S = GenerationStatus
 LONG_AGO = timezone.now() - timedelta(days=1)

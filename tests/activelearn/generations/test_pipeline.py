@@ -18,9 +18,8 @@ from activelearn.generations.pipeline import (
 )
 from activelearn.models import CheckpointStatus, GenerationRun, PRMCheckpoint, ScoreChunk, SolutionScore
 from labeling.models import Generation, GenerationStatus, Solution, Task, TaskKind
-
-from .label_factories import Step, labeled
-from .pipeline_factories import config, drive, labels, pool, queued
+from tests.activelearn.label_factories import Step, labeled
+from tests.activelearn.pipeline_factories import config, drive, labels, pool, queued
 
 S = GenerationStatus
 
