@@ -918,7 +918,8 @@ def _run_seed(seed: int, work_dir: Path, config: dict[str, Any], verbose: bool) 
 
 def _cached(config: CampaignConfig) -> bool | None:
     """Whether a ``sim:`` backbone is already cached; None for other backbones."""
-    from activelearn.simulation.backbone import PRETRAIN_FILE, default_cache_root
+    from activelearn.prm.recipes import PRETRAIN_FILE
+    from activelearn.simulation.backbone import default_cache_root
 
     name = config.backbone.removeprefix(SIM_BACKBONE_PREFIX)
     if not config.backbone.startswith(SIM_BACKBONE_PREFIX) or name not in SIM_BACKBONES:

@@ -35,8 +35,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from activelearn.prm.recipes import PRETRAIN_FILE
 from activelearn.simulation.arms import ARMS, MAIN_CONVINCING, arm_named
-from activelearn.simulation.backbone import PRETRAIN_FILE, default_cache_root
+from activelearn.simulation.backbone import default_cache_root
 from activelearn.simulation.campaign import (
     BOOTSTRAP_RESAMPLES,
     UNITS,
