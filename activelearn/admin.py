@@ -21,16 +21,8 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from activelearn.checkpoints.summary import checkpoint_evaluation_rows
-from activelearn.generations.pipeline import (
-    INTEGER_MAX,
-    K_MAX,
-    GenerationConfig,
-    GenerationConfigError,
-    PipelineError,
-    generation_close,
-    generation_retry,
-    generation_start,
-)
+from activelearn.generations.config import INTEGER_MAX, K_MAX, GenerationConfig, GenerationConfigError, PipelineError
+from activelearn.generations.pipeline import generation_close, generation_retry, generation_start
 from activelearn.generations.report import generation_notes, generation_progress, generation_summary
 from activelearn.models import PRMCheckpoint, SolutionScore
 from activelearn.stepgen.phase_one import phase_one_open

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 
-from activelearn.generations.pipeline import GenerationConfig
+from activelearn.generations.config import GenerationConfig
 from activelearn.grading.service import solutions_grade
 from activelearn.stepgen.phase_one import phase_one_open
 from labeling.data.demo import ROLE_SCREENING, UNIQUE_ID_PREFIX, DemoLoadResult, demo_load

@@ -67,35 +67,35 @@ def evaluate_checkpoint_task(checkpoint_id: int, generation: int | None = None) 
 
 @task()
 def generation_prepare_task(generation_id: int) -> None:
-    from activelearn.generations.pipeline import generation_prepare
+    from activelearn.generations.steps import generation_prepare
 
     generation_prepare(generation_id=generation_id)
 
 
 @task()
 def generation_train_task(generation_id: int) -> None:
-    from activelearn.generations.pipeline import generation_train
+    from activelearn.generations.steps import generation_train
 
     generation_train(generation_id=generation_id)
 
 
 @task()
 def generation_score_chunk_task(chunk_id: int) -> int:
-    from activelearn.generations.pipeline import score_chunk_run
+    from activelearn.generations.steps import score_chunk_run
 
     return score_chunk_run(chunk_id=chunk_id)
 
 
 @task()
 def generation_grade_task(generation_id: int) -> int:
-    from activelearn.generations.pipeline import generation_grade
+    from activelearn.generations.steps import generation_grade
 
     return generation_grade(generation_id=generation_id)
 
 
 @task()
 def generation_select_task(generation_id: int) -> int:
-    from activelearn.generations.pipeline import generation_select
+    from activelearn.generations.steps import generation_select
 
     return generation_select(generation_id=generation_id)
 

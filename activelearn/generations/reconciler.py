@@ -34,12 +34,8 @@ from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from activelearn.generations.pipeline import (
-    RUNNING,
-    generation_dispatch,
-    generation_fail,
-    score_chunks_enqueue,
-)
+from activelearn.generations.dispatch import generation_dispatch, score_chunks_enqueue
+from activelearn.generations.machine import RUNNING, generation_fail
 from activelearn.models import CheckpointStatus, GenerationRun, ScoreChunk, ScoreChunkStatus
 from labeling.models import Generation, GenerationStatus, Phase
 
@@ -195,7 +191,8 @@ def pipeline_cadence(*, now: datetime | None = None) -> Generation | None:
     """
     import json
 
-    from activelearn.generations.pipeline import GenerationRunningError, generation_start
+    from activelearn.generations.config import GenerationRunningError
+    from activelearn.generations.pipeline import generation_start
 
     below = settings.PIPELINE_AUTO_START_BELOW_OPEN_TASKS
     every = settings.PIPELINE_AUTO_START_EVERY_S

@@ -17,7 +17,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from activelearn.generations.pipeline import INTEGER_MAX, GenerationConfigError, GenerationStateError
+from activelearn.generations.config import INTEGER_MAX, GenerationConfigError, GenerationStateError
 from activelearn.selection.rules import PoolCandidate, select_uniform
 from labeling.models import (
     Generation,

@@ -161,18 +161,18 @@ def export_writers(*, seconds: float, log: str, go: str) -> dict[str, Any]:
 def pipeline(*, stage: str, training: dict[str, Any], labels: int = 6, problems: int = 3, per_problem: int = 4,
              k: int = 4) -> dict[str, Any]:  # fmt: skip
     """A generation that has reached ``stage`` (training: dispatched; scoring: trained here, chunks queued)."""
-    from activelearn.generations import pipeline as pipe
+    from activelearn.generations import pipeline, steps
     from tests.activelearn import pipeline_factories as factories
 
     factories.labels(labels)
     factories.pool(problems=problems, per_problem=per_problem)
-    generation = pipe.generation_start(config=factories.config(k=k, per_problem=False, training=training))
+    generation = pipeline.generation_start(config=factories.config(k=k, per_problem=False, training=training))
     if stage in ("training", "scoring"):
-        pipe.generation_prepare(generation_id=generation.pk)  # dispatches training (on commit)
+        steps.generation_prepare(generation_id=generation.pk)  # dispatches training (on commit)
     if stage == "scoring":
         # Trained here; its chunks are sent to the broker on commit. (The training
         # message prepare sent finds the checkpoint READY and does nothing.)
-        pipe.generation_train(generation_id=generation.pk)
+        steps.generation_train(generation_id=generation.pk)
     generation.refresh_from_db()
     return {"generation": generation.pk, "status": generation.status}
 

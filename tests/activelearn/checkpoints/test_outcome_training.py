@@ -15,7 +15,9 @@ from django.urls import reverse
 
 from activelearn.checkpoints.runs import checkpoint_aggregation, checkpoint_create, checkpoint_training_set
 from activelearn.checkpoints.training_data import OutcomeDataFilters, OutcomeSelectionError, outcome_solutions_list
-from activelearn.generations.pipeline import GenerationConfigError, generation_prepare, generation_start
+from activelearn.generations.config import GenerationConfigError
+from activelearn.generations.pipeline import generation_start
+from activelearn.generations.steps import generation_prepare
 from activelearn.models import CheckpointObjective, CheckpointStatus, GenerationRun, PRMCheckpoint, SolutionScore
 from labeling.models import Generation, Problem, Solution
 from tests.activelearn.label_factories import FILLER, keyword_labels, problem, solution

@@ -5,17 +5,16 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from activelearn.generations import pipeline
-from activelearn.generations.pipeline import (
+from activelearn.generations import machine, pipeline, steps
+from activelearn.generations.config import (
     GenerationConfig,
     GenerationConfigError,
     GenerationRunningError,
     GenerationStateError,
-    generation_close,
-    generation_retry,
-    generation_start,
-    generation_transition,
 )
+from activelearn.generations.machine import generation_transition
+from activelearn.generations.pipeline import generation_close, generation_retry, generation_start
+from activelearn.generations.pool import score_chunks_create
 from activelearn.models import CheckpointStatus, GenerationRun, PRMCheckpoint, ScoreChunk, SolutionScore
 from labeling.models import Generation, GenerationStatus, Solution, Task, TaskKind
 from tests.activelearn.label_factories import Step, labeled
@@ -102,7 +101,7 @@ def test_a_retrained_checkpoint_names_the_newest_generation_whose_labels_it_sees
     Generation.objects.create(number=4, status=S.CLOSED)
     generation = generation_start(config=config())
 
-    pipeline.generation_prepare(generation_id=generation.pk)
+    steps.generation_prepare(generation_id=generation.pk)
 
     generation.refresh_from_db()
     assert generation.run.checkpoint.trained_through_generation == 4
@@ -180,13 +179,13 @@ def test_running_every_step_again_changes_nothing(settings):
     # As if every worker had died and every message were delivered again.
     GenerationRun.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now() - timedelta(days=1))
 
-    pipeline.generation_prepare(generation_id=generation.pk)
-    pipeline.generation_train(generation_id=generation.pk)
+    steps.generation_prepare(generation_id=generation.pk)
+    steps.generation_train(generation_id=generation.pk)
     for chunk in ScoreChunk.objects.filter(run=run):
-        assert pipeline.score_chunk_run(chunk_id=chunk.pk) == 0
-    assert pipeline.score_chunks_create(run=run) == ScoreChunk.objects.filter(run=run).count()
-    assert pipeline.generation_grade(generation_id=generation.pk) == 0
-    assert pipeline.generation_select(generation_id=generation.pk) == 0
+        assert steps.score_chunk_run(chunk_id=chunk.pk) == 0
+    assert score_chunks_create(run=run) == ScoreChunk.objects.filter(run=run).count()
+    assert steps.generation_grade(generation_id=generation.pk) == 0
+    assert steps.generation_select(generation_id=generation.pk) == 0
 
     after = (
         PRMCheckpoint.objects.count(),
@@ -201,12 +200,12 @@ def test_running_every_step_again_changes_nothing(settings):
 def test_a_redelivered_prepare_creates_one_checkpoint():
     labels(2)
     generation = generation_start(config=config())
-    pipeline.generation_prepare(generation_id=generation.pk)
+    steps.generation_prepare(generation_id=generation.pk)
     # The same step again, its claim taken over after the first worker "died".
     Generation.objects.filter(pk=generation.pk).update(status=S.REQUESTED)
     GenerationRun.objects.filter(generation=generation).update(heartbeat_at=timezone.now() - timedelta(days=1))
 
-    pipeline.generation_prepare(generation_id=generation.pk)
+    steps.generation_prepare(generation_id=generation.pk)
 
     assert PRMCheckpoint.objects.count() == 1
 
@@ -217,11 +216,11 @@ def test_a_chunk_claimed_by_a_live_worker_is_not_taken_by_another():
     pool(problems=1, per_problem=3)
     checkpoint = PRMCheckpoint.objects.create(base_model="tiny:bert", status=CheckpointStatus.READY, path="/x")
     generation = generation_start(config={"retrain": False, "k": 2})
-    pipeline.generation_prepare(generation_id=generation.pk)
+    steps.generation_prepare(generation_id=generation.pk)
     chunk = ScoreChunk.objects.get(run__generation=generation)
     ScoreChunk.objects.filter(pk=chunk.pk).update(status="running", heartbeat_at=timezone.now())
 
-    assert pipeline.score_chunk_run(chunk_id=chunk.pk) == 0
+    assert steps.score_chunk_run(chunk_id=chunk.pk) == 0
     assert not SolutionScore.objects.filter(checkpoint=checkpoint).exists()
 
 
@@ -230,11 +229,11 @@ def test_a_chunk_claimed_by_a_live_worker_is_not_taken_by_another():
 def test_a_failed_step_shows_its_error_and_a_retry_resumes_it(django_capture_on_commit_callbacks):
     pool(problems=2, per_problem=4)
     generation = generation_start(config=config(k=3))
-    pipeline.generation_prepare(generation_id=generation.pk)
+    steps.generation_prepare(generation_id=generation.pk)
 
     # No labels at all: training fails.
     with pytest.raises(ValueError, match="no labeled solutions"):
-        pipeline.generation_train(generation_id=generation.pk)
+        steps.generation_train(generation_id=generation.pk)
 
     generation.refresh_from_db()
     assert generation.status == S.FAILED
@@ -268,7 +267,7 @@ def test_retry_and_close_refuse_the_wrong_status():
 @pytest.mark.django_db
 def test_a_retry_cannot_run_beside_another_running_generation():
     failed = generation_start(config=config())
-    pipeline.generation_fail(generation_id=failed.pk, error="boom")
+    machine.generation_fail(generation_id=failed.pk, error="boom")
     generation_start(config=config())
 
     with pytest.raises(GenerationRunningError):

@@ -21,7 +21,8 @@ import pytest
 from django.conf import settings as django_settings
 from django.db import connection, connections
 
-from activelearn.generations import pipeline
+from activelearn.generations import pipeline, steps
+from activelearn.generations.config import GenerationRunningError
 from activelearn.generations.reconciler import pipeline_reconcile
 from activelearn.models import GenerationRun, ScoreChunk, ScoreChunkStatus, SolutionScore
 from labeling.models import Generation, GenerationStatus, Task
@@ -135,8 +136,8 @@ def test_a_worker_killed_while_scoring_is_replaced_and_the_generation_completes(
     generation = pipeline.generation_start(config=config(k=8))
     # Train here, so the worker's first chunk spends its first seconds loading the model:
     # a wide window to kill it in with a chunk claimed.
-    pipeline.generation_prepare(generation_id=generation.pk)
-    pipeline.generation_train(generation_id=generation.pk)
+    steps.generation_prepare(generation_id=generation.pk)
+    steps.generation_train(generation_id=generation.pk)
     generation.refresh_from_db()
     assert generation.status == S.SCORING
     chunks = ScoreChunk.objects.filter(run__generation=generation)
@@ -181,7 +182,7 @@ def test_two_starts_at_once_make_one_generation(transactional_db, queue):
         try:
             barrier.wait()
             outcomes.append(pipeline.generation_start(config=config()))
-        except pipeline.GenerationRunningError as error:
+        except GenerationRunningError as error:
             outcomes.append(error)
         finally:
             connections.close_all()

@@ -6,7 +6,7 @@ import pytest
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from activelearn.generations import pipeline
+from activelearn.generations import pipeline, steps
 from activelearn.generations.reconciler import pipeline_cadence, pipeline_reconcile
 from activelearn.models import CheckpointStatus, GenerationRun, PRMCheckpoint, ScoreChunk, ScoreChunkStatus
 from labeling.models import Generation, GenerationStatus, Task
@@ -57,7 +57,7 @@ def test_it_dispatches_a_step_whose_message_was_lost_and_only_once_per_interval(
 def test_it_redispatches_training_whose_heartbeat_went_stale(django_capture_on_commit_callbacks):
     labels(2)
     generation = pipeline.generation_start(config=config())
-    pipeline.generation_prepare(generation_id=generation.pk)
+    steps.generation_prepare(generation_id=generation.pk)
     run = GenerationRun.objects.get(generation=generation)
     assert run.checkpoint_id is not None
     PRMCheckpoint.objects.filter(pk=run.checkpoint_id).update(heartbeat_at=timezone.now())
@@ -75,12 +75,12 @@ def test_it_redispatches_training_whose_heartbeat_went_stale(django_capture_on_c
 def test_a_second_trainer_cannot_claim_a_checkpoint_with_a_live_heartbeat():
     labels(2)
     generation = pipeline.generation_start(config=config())
-    pipeline.generation_prepare(generation_id=generation.pk)
+    steps.generation_prepare(generation_id=generation.pk)
     checkpoint = GenerationRun.objects.get(generation=generation).checkpoint
     assert checkpoint is not None
     PRMCheckpoint.objects.filter(pk=checkpoint.pk).update(heartbeat_at=timezone.now())
 
-    pipeline.generation_train(generation_id=generation.pk)
+    steps.generation_train(generation_id=generation.pk)
 
     checkpoint.refresh_from_db()
     assert (checkpoint.status, checkpoint.steps_done) == (CheckpointStatus.TRAINING, 0)
@@ -91,7 +91,7 @@ def _scoring() -> tuple[Generation, QuerySet[ScoreChunk]]:
     PRMCheckpoint.objects.create(base_model="tiny:bert", status=CheckpointStatus.READY, path="/x")
     pool(problems=1, per_problem=6)
     generation = pipeline.generation_start(config={"retrain": False, "k": 2})
-    pipeline.generation_prepare(generation_id=generation.pk)
+    steps.generation_prepare(generation_id=generation.pk)
     return generation, ScoreChunk.objects.filter(run__generation=generation).order_by("pk")
 
 

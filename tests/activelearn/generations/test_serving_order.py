@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
-from activelearn.generations import pipeline
+from activelearn.generations import steps
+from activelearn.generations.config import GenerationConfig
 from activelearn.models import CheckpointStatus, GenerationRun, PRMCheckpoint, ScoreChunk, SolutionScore
 from labeling.models import (
     Generation,
@@ -33,7 +34,7 @@ def _selecting(*, correct: int, wrong: int, k: int, wrong_share: float) -> Gener
     generation = Generation.objects.create(number=1, phase=Phase.TWO, status=GenerationStatus.SELECTING)
     run = GenerationRun.objects.create(
         generation=generation,
-        config=pipeline.GenerationConfig(k=k, wrong_share=wrong_share, base_model="tiny:bert").to_json(),
+        config=GenerationConfig(k=k, wrong_share=wrong_share, base_model="tiny:bert").to_json(),
         step=GenerationStatus.SELECTING,
         checkpoint=checkpoint,
         step_started_at=timezone.now(),
@@ -76,7 +77,7 @@ def test_every_prefix_of_the_queue_keeps_the_wrong_answer_share(settings):
     settings.QC_RATE = 0.0
     generation = _selecting(correct=40, wrong=120, k=100, wrong_share=0.8)
 
-    assert pipeline.generation_select(generation_id=generation.pk) == 100
+    assert steps.generation_select(generation_id=generation.pk) == 100
 
     tasks = Task.objects.filter(generation=generation)
     assert sum(t.solution.is_correct is False for t in tasks) == 80
@@ -94,7 +95,7 @@ def test_every_prefix_of_the_queue_keeps_the_wrong_answer_share(settings):
 def test_each_task_records_why_it_was_picked():
     generation = _selecting(correct=5, wrong=10, k=10, wrong_share=0.8)
 
-    pipeline.generation_select(generation_id=generation.pk)
+    steps.generation_select(generation_id=generation.pk)
 
     reasons = {
         t.solution.is_correct: t.selection_reason
