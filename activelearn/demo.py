@@ -133,7 +133,7 @@ def demo_solutions_to_grade() -> list[int]:
     are graded by the pipeline's grading step when a generation's pool reaches them.
     """
     cap = GenerationConfig().per_problem_cap
-    solutions = Solution.objects.filter(problem__unique_id__startswith=UNIQUE_ID_PREFIX, steps__isnull=False)
+    solutions = Solution.objects.with_steps().filter(problem__unique_id__startswith=UNIQUE_ID_PREFIX)
     served = Exists(Task.objects.filter(solution_id=OuterRef("pk")))
     never_graded = {"is_correct__isnull": True, "grading_note": ""}
     ids = list(solutions.filter(served, **never_graded).values_list("pk", flat=True))

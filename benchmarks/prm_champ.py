@@ -219,9 +219,11 @@ def grade_lenient_numeric(split: str) -> dict[str, int]:
     counts = {"graded": 0, "correct": 0, "non_numeric_problems_left_ungraded": 0}
     updates: dict[bool, list[int]] = {True: [], False: []}
     problems_left: set[int] = set()
-    for pk, problem_id, answer, final_answer, steps in Solution.objects.filter(
-        problem__split=split, steps__isnull=False
-    ).values_list("pk", "problem_id", "problem__answer", "final_answer", "steps"):
+    for pk, problem_id, answer, final_answer, steps in (
+        Solution.objects.with_steps()
+        .filter(problem__split=split)
+        .values_list("pk", "problem_id", "problem__answer", "final_answer", "steps")
+    ):
         reference = _number(answer)
         if reference is None:
             problems_left.add(problem_id)

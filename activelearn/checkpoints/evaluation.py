@@ -321,7 +321,7 @@ def _pool_candidates(
     served = Task.objects.filter(
         solution__problem_id=OuterRef("problem_id"), solution__content_sha256=OuterRef("content_sha256")
     )
-    solutions = Solution.objects.filter(pool, steps__isnull=False)
+    solutions = Solution.objects.with_steps().filter(pool)
     labeled_copies = solutions.filter(Exists(served)).count()
     unlabeled = solutions.exclude(Exists(served))
     scored = SolutionScore.objects.filter(checkpoint=checkpoint, solution_id=OuterRef("pk"))

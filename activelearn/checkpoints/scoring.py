@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from django.conf import settings
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from activelearn.models import CheckpointStatus, PRMCheckpoint, SolutionScore
 from activelearn.selection.solutions import solutions_matching
-from labeling.models import Solution
+from labeling.models import Solution, SolutionQuerySet
 
 if TYPE_CHECKING:
     from transformers.tokenization_utils_base import PreTrainedTokenizerBase
@@ -83,7 +83,7 @@ def scoring_pool(
     problem_ids: Sequence[str] | None = None,
     generation: int | None = None,
     unscored: bool = False,
-) -> QuerySet[Solution]:
+) -> SolutionQuerySet:
     """Solutions with steps, narrowed by problem split, problem id, generation (served as
     its tasks; ``solution_selectors.solutions_matching``) and, with ``unscored``, to those
     ``checkpoint`` has not scored yet."""
@@ -128,7 +128,8 @@ def solutions_score_range(
     cursor = first_id - 1
     while True:
         page = list(
-            Solution.objects.filter(id__gt=cursor, id__lte=last_id, steps__isnull=False)
+            Solution.objects.with_steps()
+            .filter(id__gt=cursor, id__lte=last_id)
             .order_by("id")
             .values_list("id", "problem__problem", "steps")[:CHUNK]
         )
@@ -138,8 +139,8 @@ def solutions_score_range(
         written += _score_rows(checkpoint, _with_steps(page), batch_size, reduction, neutral_as)
 
 
-def _solution_rows(queryset: QuerySet[Solution]) -> Iterator[tuple[int, str, list[str]]]:
-    return _with_steps(queryset.filter(steps__isnull=False).values_list("id", "problem__problem", "steps"))
+def _solution_rows(queryset: SolutionQuerySet) -> Iterator[tuple[int, str, list[str]]]:
+    return _with_steps(queryset.with_steps().values_list("id", "problem__problem", "steps"))
 
 
 def _with_steps(rows: Iterable[tuple[int, str, Any]]) -> Iterator[tuple[int, str, list[str]]]:

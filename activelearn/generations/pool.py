@@ -18,9 +18,7 @@ ID_PAGE = 5000
 
 def pool_solution_ids(*, config: GenerationConfig) -> list[int]:
     """The generation's pool: scorable solutions never served as a task, capped per problem."""
-    queryset = Solution.objects.filter(steps__isnull=False).exclude(
-        Exists(Task.objects.filter(solution_id=OuterRef("pk")))
-    )
+    queryset = Solution.objects.with_steps().exclude(Exists(Task.objects.filter(solution_id=OuterRef("pk"))))
     if config.problem_ids is not None:
         queryset = queryset.filter(problem__unique_id__in=config.problem_ids)
     if config.split is not None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, cast
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, Exists, F, Max, OuterRef, Q
+from django.db.models import Exists, F, Max, OuterRef, Q
 from django.utils import timezone
 
 from activelearn.checkpoints.runs import checkpoint_aggregation, checkpoint_create, checkpoint_run, checkpoint_threshold
@@ -38,16 +38,12 @@ from activelearn.selection.rules import PoolCandidate, Selected, select_convinci
 from labeling.models import (
     Generation,
     GenerationStatus,
-    GoldStep,
     Phase,
     SelectionReason,
     Solution,
     Task,
-    TaskKind,
-    TaskStatus,
 )
-from labeling.quality.control import overlap_labelers_needed
-from labeling.quality.gold import quality_control_set_create
+from labeling.work.opening import Pick, generation_tasks_open
 
 if TYPE_CHECKING:
     from activelearn.prm.scoring import Reduction
@@ -335,7 +331,7 @@ def selection_candidates(*, run: GenerationRun) -> list[PoolCandidate]:
 
 
 def generation_select(*, generation_id: int) -> int:
-    """SELECTING: select, create the tasks and the QC items, → OPEN; returns tasks created.
+    """SELECTING: select, open the tasks and the QC items (labeling.work.opening), → OPEN; returns tasks created.
 
     One transaction that starts with the SELECTING → OPEN transition: a concurrent or
     redelivered selection blocks on the generation row, then finds it OPEN and does
@@ -360,37 +356,19 @@ def generation_select(*, generation_id: int) -> int:
                 seed=run.generation.number or 0,
             )
             ordered = serving_order(picks)
-            # The queue serves higher priority first (then lower id). The picks' own scores,
-            # highest first, are handed out along the serving order: the queue follows it,
-            # and priorities keep the scale they are compared on across open generations.
-            priorities = sorted((pick.priority for pick in ordered), reverse=True)
-            contents = dict(
-                Solution.objects.filter(pk__in=[cast(int, p.solution_id) for p in picks]).values_list(
-                    "pk", "content_sha256"
-                )
+            opened = generation_tasks_open(
+                generation=run.generation,
+                picks=[
+                    Pick(solution_id=cast(int, pick.solution_id), score=pick.priority, reason=selection_reason(pick))
+                    for pick in ordered
+                ],
+                overlap_share=config.overlap_share,
+                qc_items=config.qc_items,
             )
-            Task.objects.bulk_create(
-                [
-                    Task(
-                        generation_id=generation_id,
-                        solution_id=cast(int, pick.solution_id),
-                        kind=TaskKind.NORMAL,
-                        priority=priority,
-                        verifier_score=pick.priority,
-                        labelers_needed=overlap_labelers_needed(
-                            key=contents[cast(int, pick.solution_id)], share_=config.overlap_share
-                        ),
-                        status=TaskStatus.OPEN,
-                        selection_reason=selection_reason(pick),
-                    )
-                    for pick, priority in zip(ordered, priorities, strict=True)
-                ]
-            )
-            qc = _quality_control_inject(generation=run.generation, count=config.qc_items)
             wrong_in_pool = sum(1 for c in candidates if c.is_correct is False)
             GenerationRun.objects.filter(pk=run.pk).update(
                 selected=len(picks),
-                qc_injected=qc,
+                qc_injected=opened.quality_control,
                 selection_stats={
                     "candidates": len(candidates),
                     "wrong_answer_candidates": wrong_in_pool,
@@ -417,26 +395,3 @@ def selection_reason(pick: Selected) -> SelectionReason:
     if pick.is_correct is False:
         return SelectionReason.CONVINCING_WRONG_ANSWER
     return SelectionReason.CONVINCING_CORRECT if pick.is_correct else SelectionReason.CONVINCING_UNGRADED
-
-
-def _quality_control_inject(*, generation: Generation, count: int) -> int:
-    """Top the generation's QC pool up to ``count`` gold items (labeling.quality.gold owns QC tasks).
-
-    Least-used gold first, so successive generations rotate through the gold set.
-    Returns the size of the QC pool; fewer than ``count`` when there is not enough gold.
-    """
-    if count <= 0:
-        return 0
-    have = set(
-        Task.objects.filter(generation=generation, kind=TaskKind.QUALITY_CONTROL).values_list("solution_id", flat=True)
-    )
-    wanted = max(0, count - len(have))
-    gold = list(
-        Solution.objects.filter(Exists(GoldStep.objects.filter(solution_id=OuterRef("pk"))))
-        .exclude(pk__in=have)
-        .annotate(uses=Count("tasks", filter=Q(tasks__kind=TaskKind.QUALITY_CONTROL)))
-        .order_by("uses", "pk")[:wanted]
-    )
-    if gold:
-        quality_control_set_create(generation=generation, solutions=gold)
-    return len(have) + len(gold)

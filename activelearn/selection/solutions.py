@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Exists, OuterRef, Q
 
-from labeling.models import Solution, Task
+from labeling.models import Solution, SolutionQuerySet, Task
 
 
 def never_graded_q() -> Q:
@@ -23,7 +23,7 @@ def solutions_matching(
     generations: Sequence[int] = (),
     first_id: int | None = None,
     last_id: int | None = None,
-) -> QuerySet[Solution]:
+) -> SolutionQuerySet:
     """Solutions with steps (not phase-1 placeholders) that match every filter given.
 
     ``splits``: the problem's ``Problem.split``. ``problem_ids``: ``Problem.unique_id``
@@ -31,7 +31,7 @@ def solutions_matching(
     ``Generation.number`` values; a solution belongs to a generation when it was served
     there as a task.
     """
-    queryset = Solution.objects.filter(steps__isnull=False)
+    queryset = Solution.objects.with_steps()
     if splits:
         queryset = queryset.filter(problem__split__in=splits)
     if problem_ids:

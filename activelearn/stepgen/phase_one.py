@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from django.db import transaction
 from django.db.models import Exists, OuterRef
@@ -24,18 +25,10 @@ from labeling.models import (
     GenerationStatus,
     Phase,
     Problem,
-    SelectionReason,
-    Solution,
     Task,
-    TaskKind,
-    TaskStatus,
-    content_sha256,
 )
+from labeling.work.opening import phase_one_tasks_open
 
-# Phase-1 tasks sit in the queue beside phase-2 ones, which are ordered by PRM score in
-# [0, 1] (activelearn.pipeline): 0 serves them after a generation's convincing picks and
-# before the demo's unselected generation-0 rest (below 0).
-PHASE_ONE_PRIORITY = 0.0
 SPLITS = frozenset({"train", "validation", "test", ""})
 
 
@@ -81,22 +74,5 @@ def phase_one_open(
             k_total=count,
             seed=seed,
         )
-        placeholder_hash = content_sha256(None, None)
-        tasks = []
-        for pick in picks:
-            # The problem's placeholder (no steps): what a phase-1 task points at.
-            placeholder, _ = Solution.objects.get_or_create(
-                problem_id=pick.problem_id, content_sha256=placeholder_hash, source_model="", defaults={"steps": None}
-            )
-            tasks.append(
-                Task(
-                    generation=generation,
-                    solution=placeholder,
-                    kind=TaskKind.NORMAL,
-                    priority=PHASE_ONE_PRIORITY,
-                    status=TaskStatus.OPEN,
-                    selection_reason=SelectionReason.UNIFORM,
-                )
-            )
-        Task.objects.bulk_create(tasks)
-    return PhaseOneOpened(generation=generation, tasks=len(tasks), available=len(ids))
+        opened = phase_one_tasks_open(generation=generation, problem_ids=[cast(int, pick.problem_id) for pick in picks])
+    return PhaseOneOpened(generation=generation, tasks=opened, available=len(ids))

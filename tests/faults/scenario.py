@@ -98,7 +98,7 @@ def export_seed(*, tasks: int = 200, labelers: int = 100, writers: int = 4, writ
     now = timezone.now()
     for task in _tasks(history, tasks, tag="hist"):
         Assignment.objects.bulk_create(
-            Assignment(task=task, task_kind=task.kind, labeler=p, status=AssignmentStatus.SUBMITTED, started_at=now,
+            Assignment.for_task(task, labeler=p, status=AssignmentStatus.SUBMITTED, started_at=now,
                        submitted_at=now, last_activity_at=now, total_time_ms=1000, finish_reason=FinishReason.SOLUTION,
                        label_steps_json=label)
             for p in people

@@ -27,7 +27,7 @@ from labeling.models import (
 )
 from labeling.work.candidates import InMemoryCandidateStore, candidates_get, candidates_prefetch
 from tests.activelearn.stepgen.completions_server import Fail, ServerState, completions_server
-from tests.labeling.workflow_factories import STEPS, make_generation, make_labeler, make_task
+from tests.labeling.workflow_factories import STEPS, make_assignment, make_generation, make_labeler, make_task
 
 pytestmark = pytest.mark.django_db
 
@@ -38,7 +38,7 @@ def phase_1_assignment() -> Assignment:
     solution = Solution.objects.create(problem=problem, steps=None, content_sha256=content_sha256(None, None))
     generation = Generation.objects.create(number=None, phase=Phase.ONE)
     task = Task.objects.create(generation=generation, solution=solution)
-    assignment = Assignment.objects.create(task=task, labeler=make_labeler())
+    assignment = make_assignment(task, labeler=make_labeler())
     first = LabeledStep.objects.create(assignment=assignment, index=0, chosen_completion=1)
     StepRating.objects.create(step=first, completion_index=0, text="We guess.", rating=-1)
     StepRating.objects.create(step=first, completion_index=1, text="We add.", rating=1)
@@ -64,7 +64,7 @@ def openai_settings(settings):
 
 
 def test_step_prefix_of_a_phase_2_task_is_the_pre_generated_steps():
-    assignment = Assignment.objects.create(task=make_task(generation=make_generation()), labeler=make_labeler())
+    assignment = make_assignment(make_task(generation=make_generation()), labeler=make_labeler())
 
     problem, steps = step_prefix(assignment_id=assignment.pk, step_index=2)
 
