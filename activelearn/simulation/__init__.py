@@ -12,8 +12,6 @@ from activelearn.simulation.campaign import (
     Comparison,
     GenerationMetrics,
     compare_strategies,
-    data_efficiency,
-    labels_to_reach,
     run_campaign,
     run_campaign_config,
 )
@@ -31,6 +29,7 @@ from activelearn.simulation.domain import (
 )
 from activelearn.simulation.oracle import OracleLabeler, true_ratings
 from activelearn.simulation.shepherd import ShepherdLabels, rollout_shares
+from activelearn.simulation.stats import data_efficiency, labels_to_reach
 from activelearn.simulation.study import Study, Sweep, run_study, run_sweep
 
 __all__ = [
