@@ -60,7 +60,7 @@ def evaluate_checkpoint_task(checkpoint_id: int, generation: int | None = None) 
     checkpoint_evaluate(checkpoint=PRMCheckpoint.objects.get(pk=checkpoint_id), generation=generation)
 
 
-# --- The generation pipeline (activelearn.pipeline) --------------------------------
+# --- The generation pipeline (activelearn.generations) -----------------------------
 # Queues and time limits are given by the pipeline on every enqueue (PIPELINE_GPU_QUEUE,
 # PIPELINE_CPU_QUEUE, PIPELINE_*_TIME_LIMIT_S); CELERY_TASK_ROUTES covers manual sends.
 
@@ -129,7 +129,7 @@ def pipeline_cadence_task() -> None:
     pipeline_cadence()
 
 
-# --- Step candidates (activelearn.stepgen_service) ----------------------------------
+# --- Step candidates (activelearn.stepgen.service) ----------------------------------
 # Queued by labeling.work.candidates on STEPGEN_QUEUE. The task lived in the service
 # module once; its registered name stays, as messages in flight carry it.
 

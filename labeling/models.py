@@ -63,7 +63,7 @@ class Problem(models.Model):
 
 
 # Grading notes that leave Solution.is_correct null: graded, but neither right nor
-# wrong. Written by activelearn.answer_grading; the admin and dashboard count them.
+# wrong. Written by activelearn.grading.service; the admin and dashboard count them.
 GRADING_NO_ANSWER = "no answer found"  # the solution states no final answer
 GRADING_NO_REFERENCE = "no reference answer"  # the problem has none to grade against
 

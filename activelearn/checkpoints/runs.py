@@ -161,7 +161,7 @@ def checkpoint_transition(*, checkpoint_id: int, to: CheckpointStatus, **fields:
 
 
 def checkpoint_alive(*, checkpoint_id: int) -> bool:
-    """The training worker's pulse (activelearn.liveness); False when the row left TRAINING."""
+    """The training worker's pulse (activelearn.generations.liveness); False when the row left TRAINING."""
     return (
         PRMCheckpoint.objects.filter(pk=checkpoint_id, status=CheckpointStatus.TRAINING).update(
             heartbeat_at=timezone.now()
@@ -314,7 +314,7 @@ def checkpoint_run(
     try:
         # The pulse keeps the claim fresh from its own thread through the silent stretches
         # (building the set, loading the backbone, features); progress ticks tell it the
-        # run still moves (activelearn.liveness).
+        # run still moves (activelearn.generations.liveness).
         with Pulse(lambda: checkpoint_alive(checkpoint_id=checkpoint_id)) as pulse:
             if training_set is None:
                 training_set = checkpoint_training_set(checkpoint=checkpoint)

@@ -85,7 +85,7 @@ def scoring_pool(
     unscored: bool = False,
 ) -> SolutionQuerySet:
     """Solutions with steps, narrowed by problem split, problem id, generation (served as
-    its tasks; ``solution_selectors.solutions_matching``) and, with ``unscored``, to those
+    its tasks; ``selection.solutions.solutions_matching``) and, with ``unscored``, to those
     ``checkpoint`` has not scored yet."""
     queryset = solutions_matching(
         splits=splits or (), problem_ids=problem_ids or (), generations=() if generation is None else (generation,)

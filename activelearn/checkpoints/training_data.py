@@ -123,7 +123,7 @@ class OutcomeDataFilters:
     # the two must be given, so that a held-out problem is never read by accident.
     splits: tuple[str, ...] | None = None
     problem_ids: tuple[str, ...] | None = None
-    # Only solutions served as tasks in these generations (solution_selectors.solutions_matching).
+    # Only solutions served as tasks in these generations (selection.solutions.solutions_matching).
     generations: tuple[int, ...] | None = None
     # None: every matching solution.
     count: int | None = None

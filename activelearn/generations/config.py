@@ -47,7 +47,7 @@ class GenerationConfig:
     """What one generation does; stored on ``GenerationRun.config`` as ``to_json()``."""
 
     # Selection: top K per problem (per_problem) or in total, wrong_share of them
-    # convincing wrong-answer (activelearn.selection).
+    # convincing wrong-answer (activelearn.selection.rules).
     k: int = 100
     per_problem: bool = False
     wrong_share: float = 0.8

@@ -213,7 +213,7 @@ def score_chunk_run(*, chunk_id: int) -> int:
     try:
         from activelearn.checkpoints.scoring import solutions_score
 
-        # The pulse covers loading the checkpoint and every batch (activelearn.liveness).
+        # The pulse covers loading the checkpoint and every batch (activelearn.generations.liveness).
         with Pulse(lambda: mine.update(heartbeat_at=timezone.now()) == 1) as pulse:
             for start in range(0, len(todo), settings.PIPELINE_SCORE_BATCH):
                 scored_here += solutions_score(

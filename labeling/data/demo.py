@@ -17,7 +17,7 @@ Choices, so that a reader of the demo data knows what it is:
 - ``Problem.level`` is null: CHAMP does not grade difficulty.
 - A conversation's solution is the model message answered by the final
   "summarize" prompt, split into steps by the shared splitter
-  (``activelearn.stepgen.splitting``). Its final answer is the one the steps
+  (``mathtext.splitting``). Its final answer is the one the steps
   state (``activelearn.grading.extract_final_answer``: a box, "the answer is",
   the concluding sentence); the one-sentence summary is read only when the
   steps state none, because a final answer should follow from the steps the

@@ -1,4 +1,4 @@
-"""The selection contract the pipeline relies on (activelearn.selection, shared
+"""The selection contract the pipeline relies on (activelearn.selection.rules, shared
 with the campaign simulation): checked as properties, the way generation_select calls it."""
 
 from hypothesis import given
