@@ -20,20 +20,12 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from activelearn.evaluation_summary import checkpoint_evaluation_rows
-from activelearn.generation_report import generation_notes, generation_progress, generation_summary
+from activelearn.checkpoints.summary import checkpoint_evaluation_rows
+from activelearn.generations.config import INTEGER_MAX, K_MAX, GenerationConfig, GenerationConfigError, PipelineError
+from activelearn.generations.pipeline import generation_close, generation_retry, generation_start
+from activelearn.generations.report import generation_notes, generation_progress, generation_summary
 from activelearn.models import PRMCheckpoint, SolutionScore
-from activelearn.phase_one import phase_one_open
-from activelearn.pipeline import (
-    INTEGER_MAX,
-    K_MAX,
-    GenerationConfig,
-    GenerationConfigError,
-    PipelineError,
-    generation_close,
-    generation_retry,
-    generation_start,
-)
+from activelearn.stepgen.phase_one import phase_one_open
 from labeling.admin import SolutionAdmin
 from labeling.models import Generation, Phase, Solution
 from labeling.staff.admin_base import FastListAdmin, ReadOnlyAdminMixin

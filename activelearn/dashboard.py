@@ -13,7 +13,7 @@ from django.http import HttpRequest
 from django.template.loader import render_to_string
 from django.utils.safestring import SafeString, mark_safe
 
-from activelearn.evaluation_summary import checkpoint_evaluation_rows
+from activelearn.checkpoints.summary import checkpoint_evaluation_rows
 from activelearn.models import PRMCheckpoint
 from labeling.staff import charts
 
@@ -196,7 +196,7 @@ def generations_panel(request: HttpRequest) -> SafeString:
     """The newest generations by number, with their progress and every empty step in words."""
     from django.db.models import Count, Q
 
-    from activelearn.generation_report import generation_notes, generation_progress
+    from activelearn.generations.report import generation_notes, generation_progress
     from labeling.models import Generation, TaskKind
 
     generations = list(

@@ -5,7 +5,7 @@ first-wrong-step annotations not used as gold as labeled generation-0 work, and
 generation 0's open tasks. This module builds on it what that room may not import:
 the screening set and generation 0's QC items from the other annotations
 (``labeling.quality.gold``), and the product's grading of the final answers that are
-served or that the next generation's default pool holds (``answer_grading``), so
+served or that the next generation's default pool holds (``grading.service``), so
 starting a generation right after ``load_demo`` has labels to train on, a pool to
 score and graded wrong answers to select. With ``phase_one_problems`` it also opens
 that many demo problems in the phase-1 generation (``phase_one``), as an admin's
@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 
-from activelearn.answer_grading import solutions_grade
-from activelearn.phase_one import phase_one_open
-from activelearn.pipeline import GenerationConfig
+from activelearn.generations.config import GenerationConfig
+from activelearn.grading.service import solutions_grade
+from activelearn.stepgen.phase_one import phase_one_open
 from labeling.data.demo import ROLE_SCREENING, UNIQUE_ID_PREFIX, DemoLoadResult, demo_load
 from labeling.models import Generation, GenerationStatus, Phase, Problem, Solution, Task, TaskStatus
 from labeling.quality.gold import gold_from_first_errors, quality_control_set_create, screening_set_create
@@ -129,11 +129,11 @@ def demo_solutions_to_grade() -> list[int]:
     """Never-graded demo solutions that are served, or in the next generation's default pool.
 
     The default pool is ``GenerationConfig().per_problem_cap`` never-served solutions
-    per problem, lowest ids first (``pipeline.pool_solution_ids``); solutions past it
+    per problem, lowest ids first (``generations.pool.pool_solution_ids``); solutions past it
     are graded by the pipeline's grading step when a generation's pool reaches them.
     """
     cap = GenerationConfig().per_problem_cap
-    solutions = Solution.objects.filter(problem__unique_id__startswith=UNIQUE_ID_PREFIX, steps__isnull=False)
+    solutions = Solution.objects.with_steps().filter(problem__unique_id__startswith=UNIQUE_ID_PREFIX)
     served = Exists(Task.objects.filter(solution_id=OuterRef("pk")))
     never_graded = {"is_correct__isnull": True, "grading_note": ""}
     ids = list(solutions.filter(served, **never_graded).values_list("pk", flat=True))

@@ -130,7 +130,7 @@ class SolutionScore(models.Model):
         ]
 
 
-# --- The generation pipeline (activelearn.pipeline) ---------------------------------
+# --- The generation pipeline (activelearn.generations) ------------------------------
 
 
 class GenerationRun(models.Model):
@@ -138,7 +138,7 @@ class GenerationRun(models.Model):
 
     ``Generation.status`` stays the source of truth for where the run is; ``step`` is the
     running step this row last entered, which a retry of a FAILED generation resumes.
-    Every status change goes through ``activelearn.pipeline.generation_transition``.
+    Every status change goes through ``activelearn.generations.machine.generation_transition``.
     """
 
     generation = models.OneToOneField("labeling.Generation", on_delete=models.CASCADE, related_name="run")
@@ -196,7 +196,7 @@ class ScoreChunkStatus(models.TextChoices):
 
 
 class ScoreChunk(models.Model):
-    """A slice of a generation's pool that one GPU worker scores (activelearn.pipeline).
+    """A slice of a generation's pool that one GPU worker scores (activelearn.generations).
 
     ``solution_ids`` freezes the slice when scoring starts, so a redelivered or re-enqueued
     chunk scores the same solutions however the pool changed since.

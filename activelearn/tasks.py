@@ -20,7 +20,7 @@ from annotate.celery import task
 
 @task()
 def train_checkpoint_task(checkpoint_id: int) -> None:
-    from activelearn.checkpoints import checkpoint_run
+    from activelearn.checkpoints.runs import checkpoint_run
 
     checkpoint_run(checkpoint_id=checkpoint_id)
 
@@ -34,7 +34,7 @@ def score_chunk_task(
     reduction: str = "product",
     neutral_as: str = "positive",
 ) -> int:
-    from activelearn.solution_scoring import solutions_score_range
+    from activelearn.checkpoints.scoring import solutions_score_range
 
     return solutions_score_range(
         checkpoint=PRMCheckpoint.objects.get(pk=checkpoint_id),
@@ -48,60 +48,60 @@ def score_chunk_task(
 
 @task()
 def grade_chunk_task(first_id: int, last_id: int, timeout_s: float = 5.0) -> int:
-    from activelearn.answer_grading import solutions_grade_range
+    from activelearn.grading.service import solutions_grade_range
 
     return solutions_grade_range(first_id=first_id, last_id=last_id, timeout_s=timeout_s)
 
 
 @task()
 def evaluate_checkpoint_task(checkpoint_id: int, generation: int | None = None) -> None:
-    from activelearn.checkpoint_evaluation import checkpoint_evaluate
+    from activelearn.checkpoints.evaluation import checkpoint_evaluate
 
     checkpoint_evaluate(checkpoint=PRMCheckpoint.objects.get(pk=checkpoint_id), generation=generation)
 
 
-# --- The generation pipeline (activelearn.pipeline) --------------------------------
+# --- The generation pipeline (activelearn.generations) -----------------------------
 # Queues and time limits are given by the pipeline on every enqueue (PIPELINE_GPU_QUEUE,
 # PIPELINE_CPU_QUEUE, PIPELINE_*_TIME_LIMIT_S); CELERY_TASK_ROUTES covers manual sends.
 
 
 @task()
 def generation_prepare_task(generation_id: int) -> None:
-    from activelearn.pipeline import generation_prepare
+    from activelearn.generations.steps import generation_prepare
 
     generation_prepare(generation_id=generation_id)
 
 
 @task()
 def generation_train_task(generation_id: int) -> None:
-    from activelearn.pipeline import generation_train
+    from activelearn.generations.steps import generation_train
 
     generation_train(generation_id=generation_id)
 
 
 @task()
 def generation_score_chunk_task(chunk_id: int) -> int:
-    from activelearn.pipeline import score_chunk_run
+    from activelearn.generations.steps import score_chunk_run
 
     return score_chunk_run(chunk_id=chunk_id)
 
 
 @task()
 def generation_grade_task(generation_id: int) -> int:
-    from activelearn.pipeline import generation_grade
+    from activelearn.generations.steps import generation_grade
 
     return generation_grade(generation_id=generation_id)
 
 
 @task()
 def generation_select_task(generation_id: int) -> int:
-    from activelearn.pipeline import generation_select
+    from activelearn.generations.steps import generation_select
 
     return generation_select(generation_id=generation_id)
 
 
 def reconcile_at_worker_start(sender: Any, **kwargs: Any) -> None:
-    from activelearn.reconciler import pipeline_reconcile_at_worker_start
+    from activelearn.generations.reconciler import pipeline_reconcile_at_worker_start
 
     # The sender is the worker's consumer; its task consumer knows the queues it serves.
     queues = [queue.name for queue in sender.task_consumer.queues]
@@ -117,25 +117,25 @@ worker_ready.connect(reconcile_at_worker_start)
 
 @task()
 def pipeline_reconcile_task() -> None:
-    from activelearn.reconciler import pipeline_reconcile
+    from activelearn.generations.reconciler import pipeline_reconcile
 
     pipeline_reconcile()
 
 
 @task()
 def pipeline_cadence_task() -> None:
-    from activelearn.reconciler import pipeline_cadence
+    from activelearn.generations.reconciler import pipeline_cadence
 
     pipeline_cadence()
 
 
-# --- Step candidates (activelearn.stepgen_service) ----------------------------------
+# --- Step candidates (activelearn.stepgen.service) ----------------------------------
 # Queued by labeling.work.candidates on STEPGEN_QUEUE. The task lived in the service
 # module once; its registered name stays, as messages in flight carry it.
 
 
 @task(name="activelearn.stepgen_service.generate_step_candidates")
 def generate_step_candidates(*, assignment_id: int, step_index: int) -> str:
-    from activelearn.stepgen_service import candidates_generate
+    from activelearn.stepgen.service import candidates_generate
 
     return candidates_generate(assignment_id=assignment_id, step_index=step_index).status

@@ -420,7 +420,7 @@ STEPGEN_PENDING_TIMEOUT_S = envint("STEPGEN_PENDING_TIMEOUT_S", 10 * 60, minimum
 STEPGEN_CANDIDATE_STORE = envstr("STEPGEN_CANDIDATE_STORE", "labeling.work.candidates.DatabaseCandidateStore")
 # --- end of step generation ---------------------------------------------------
 
-# --- Generation pipeline (activelearn.pipeline; docs/active-learning.md) ------
+# --- Generation pipeline (activelearn.generations; docs/active-learning.md) ------
 # Queues the pipeline sends its own tasks to. Explicit on every enqueue (the pipeline
 # fans out follow-up tasks itself), so tests point both at a private queue.
 PIPELINE_GPU_QUEUE = envstr("PIPELINE_GPU_QUEUE", "gpu")
@@ -434,7 +434,7 @@ PIPELINE_SCORE_BATCH = envint("PIPELINE_SCORE_BATCH", 256, minimum=1)
 PIPELINE_POOL_PER_PROBLEM = envint("PIPELINE_POOL_PER_PROBLEM", 0, minimum=0)
 # Solutions graded per page (one heartbeat each).
 PIPELINE_GRADE_PAGE = envint("PIPELINE_GRADE_PAGE", 200, minimum=1)
-# Recovery from a dead worker (activelearn.liveness, docs/operations.md "Recovery"): a
+# Recovery from a dead worker (activelearn.generations.liveness, docs/operations.md "Recovery"): a
 # claimed step or chunk is refreshed by its worker's pulse thread every
 # PIPELINE_HEARTBEAT_EVERY_S, whatever the work is doing; older than
 # PIPELINE_HEARTBEAT_STALE_S it belongs to a dead worker and the reconciler (every
@@ -455,7 +455,7 @@ if PIPELINE_HEARTBEAT_STALE_S < 2 * PIPELINE_HEARTBEAT_EVERY_S:
 PIPELINE_MAX_ATTEMPTS = envint("PIPELINE_MAX_ATTEMPTS", 3, minimum=1)
 PIPELINE_RECONCILE_EVERY_S = envint("PIPELINE_RECONCILE_EVERY_S", 30, minimum=1)
 # A worker consuming a pipeline queue reconciles when it starts and once more a stale
-# interval later (activelearn.reconciler.pipeline_reconcile_at_worker_start).
+# interval later (activelearn.generations.reconciler.pipeline_reconcile_at_worker_start).
 PIPELINE_RECONCILE_AT_WORKER_START = envbool("PIPELINE_RECONCILE_AT_WORKER_START", True)
 # Soft time limits per task kind; the hard limit is 5 minutes later. Enforced by prefork
 # workers only (the solo pool of GPU workers ignores them; heartbeats cover those).

@@ -89,8 +89,8 @@ def read_samples() -> tuple[list[Sample], list[Sample]]:
     """(annotated, pool)."""
     import champ_dataset
 
-    from activelearn.stepgen.splitting import split_steps
     from labeling.data.demo import CHAMP_VERSION, solution_message
+    from mathtext.splitting import split_steps
 
     dataset = champ_dataset.load(CHAMP_VERSION)
     annotated: list[Sample] = []

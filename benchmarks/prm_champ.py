@@ -104,8 +104,8 @@ def champ_records(problems: dict[str, Any]) -> tuple[list[dict[str, Any]], set[t
     import champ_dataset
 
     from activelearn.grading import extract_final_answer
-    from activelearn.stepgen.splitting import split_steps
     from labeling.data.demo import UNIQUE_ID_PREFIX, first_wrong_step
+    from mathtext.splitting import split_steps
 
     dataset = champ_dataset.load("v0")
     records: list[dict[str, Any]] = []
@@ -219,9 +219,11 @@ def grade_lenient_numeric(split: str) -> dict[str, int]:
     counts = {"graded": 0, "correct": 0, "non_numeric_problems_left_ungraded": 0}
     updates: dict[bool, list[int]] = {True: [], False: []}
     problems_left: set[int] = set()
-    for pk, problem_id, answer, final_answer, steps in Solution.objects.filter(
-        problem__split=split, steps__isnull=False
-    ).values_list("pk", "problem_id", "problem__answer", "final_answer", "steps"):
+    for pk, problem_id, answer, final_answer, steps in (
+        Solution.objects.with_steps()
+        .filter(problem__split=split)
+        .values_list("pk", "problem_id", "problem__answer", "final_answer", "steps")
+    ):
         reference = _number(answer)
         if reference is None:
             problems_left.add(problem_id)
@@ -300,8 +302,8 @@ def _evaluate(env: dict[str, str], splits: list[str], sizes: list[int]) -> tuple
 def surprise_baselines(backbones: dict[str, str], max_length: int | None) -> list[str]:
     """The label-free baseline of each backbone: held-out step AUROC of its LM's summed
     surprise at each step (needs a tied causal LM; ``head_training.surprise_step_auroc``)."""
+    from activelearn.checkpoints.training_data import TrainingDataFilters, labeled_solutions_list
     from activelearn.prm.head_training import surprise_step_aurocs
-    from activelearn.training_data import TrainingDataFilters, labeled_solutions_list
 
     labeled = [labeled_solutions_list(filters=TrainingDataFilters(splits=(split,))) for split in ("validation", "test")]
     rows = ["| backbone | val step AUROC of the LM's surprise, no labels | test |", "|---|---|---|"]
@@ -551,6 +553,7 @@ def _learning_curve(args: argparse.Namespace, shares: list[float]) -> list[str]:
 
     import torch
 
+    from activelearn.checkpoints.training_data import TrainingDataFilters, labeled_solutions_list
     from activelearn.prm.batching import encode_examples
     from activelearn.prm.data import build_examples, trajectory_with_first_error
     from activelearn.prm.evaluation import auroc, first_error_metrics, prior_threshold
@@ -558,7 +561,6 @@ def _learning_curve(args: argparse.Namespace, shares: list[float]) -> list[str]:
     from activelearn.prm.head_training import fit_head, separator_features
     from activelearn.prm.modeling import ProcessRewardModel
     from activelearn.prm.training import TrainConfig
-    from activelearn.training_data import TrainingDataFilters, labeled_solutions_list
 
     config = TrainConfig(output_dir=Path("."), backbone=args.backbone).resolved()
     assert config.learning_rate is not None and config.num_epochs is not None

@@ -245,7 +245,7 @@ def run_seed(env: dict[str, str], seed: int, args: argparse.Namespace) -> dict[s
 
 def _mean_interval(values: list[float]) -> tuple[float, float, float]:
     """Mean and 95% t-interval over seeds (a seed is one draw of the split)."""
-    from activelearn.simulation.campaign import mean_interval
+    from activelearn.simulation.stats import mean_interval
 
     clean = [v for v in values if v is not None and not math.isnan(v)]
     if not clean:

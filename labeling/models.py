@@ -63,9 +63,15 @@ class Problem(models.Model):
 
 
 # Grading notes that leave Solution.is_correct null: graded, but neither right nor
-# wrong. Written by activelearn.answer_grading; the admin and dashboard count them.
+# wrong. Written by activelearn.grading.service; the admin and dashboard count them.
 GRADING_NO_ANSWER = "no answer found"  # the solution states no final answer
 GRADING_NO_REFERENCE = "no reference answer"  # the problem has none to grade against
+
+
+class SolutionQuerySet(models.QuerySet["Solution"]):
+    def with_steps(self) -> SolutionQuerySet:
+        """Solutions that have steps: every one but the placeholder of a phase-1 task."""
+        return self.filter(steps__isnull=False)
 
 
 class Solution(models.Model):
@@ -92,6 +98,8 @@ class Solution(models.Model):
     is_correct = models.BooleanField(null=True, blank=True)
     grading_note = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = SolutionQuerySet.as_manager()
 
     class Meta:
         ordering = ["id"]
@@ -392,7 +400,7 @@ class Assignment(models.Model):
     # assignment is made: every hand-out reads the labeler's rolling QC window
     # (labeling.quality.control), and assignment_qc_window_idx finds its items
     # among the labeler's own rows, newest first, without reading every
-    # assignment they ever had. Set from the task on the first save when not given.
+    # assignment they ever had. Set by Assignment.for_task.
     task_kind = models.CharField(max_length=20, choices=TaskKind.choices, editable=False)
 
     class Meta:
@@ -442,15 +450,14 @@ class Assignment(models.Model):
     def __str__(self) -> str:
         return f"assignment {self.pk}"
 
-    def save(self, *args: Any, **kwargs: Any) -> None:
-        # Only a new row: an assignment read in part (labeling.work.hotpath)
-        # defers task_kind, and reading it here would cost a query per save.
-        if self._state.adding and not self.task_kind:
-            task = self._state.fields_cache.get("task")
-            self.task_kind = (
-                task.kind if task is not None else Task.objects.values_list("kind", flat=True).get(pk=self.task_id)
-            )
-        super().save(*args, **kwargs)
+    @classmethod
+    def for_task(cls, task: Task, **fields: Any) -> Assignment:
+        """A new assignment of ``task`` (unsaved), carrying the task's kind.
+
+        Every assignment the ORM makes is made here; the hand-out's lease statement
+        (labeling.work.hotpath.ASSIGNMENT_LEASE) writes the same column in its SQL.
+        """
+        return cls(task=task, task_kind=task.kind, **fields)
 
 
 class LabeledStep(models.Model):

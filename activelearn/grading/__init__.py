@@ -1,17 +1,19 @@
 """Final-answer extraction and grading for model-written math solutions.
 
-* ``extract_final_answer``: the answer a solution states (``extraction``), or None when
-  it states none.
+* ``extract_final_answer``: the answer a solution states (``mathtext.extraction``), or
+  None when it states none.
 * ``grade_in_process`` / ``grade_answer`` / ``grade_many``: is it the reference answer?
   Formulas are compared as sets of solutions, by string normalisation and then
   symbolically with ``math_verify``; answers in words (yes/no, "there are none", "all
-  of them", statements) by what they claim (``comparison``, ``claims``, ``references``).
+  of them", statements) by what they claim (``comparison``, ``mathtext.claims``,
+  ``references``).
   "no answer found" is its own outcome (``GradeResult.answered``), not a wrong answer.
 * ``grade_many`` runs items in spawned worker processes and kills one whose item
   overruns its timeout (``workers``).
 
-Nothing here imports Django or torch: Celery workers and the spawned grading processes
-import it on their own. sympy is imported only for a symbolic comparison.
+Nothing this package imports on its own imports Django or torch: Celery workers and the
+spawned grading processes import it on their own. sympy is imported only for a symbolic
+comparison. ``service`` is its Django side (grading stored solutions); import it by name.
 """
 
 from activelearn.grading.comparison import (
@@ -27,9 +29,9 @@ from activelearn.grading.comparison import (
     GradeResult,
     grade_in_process,
 )
-from activelearn.grading.extraction import extract_final_answer
 from activelearn.grading.normalization import normalize_answer
 from activelearn.grading.workers import GradingPool, grade_answer, grade_many
+from mathtext.extraction import extract_final_answer
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",

@@ -35,11 +35,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from activelearn.grading import claims
-from activelearn.grading.extraction import answer_of_formula, extract_final_answer
-from activelearn.grading.mathtext import math_run, plain_unicode, protect, split_top_level, to_latex
 from activelearn.grading.normalization import normalize_answer
 from activelearn.grading.references import Form, Kind, read_reference
+from mathtext import claims
+from mathtext.extraction import answer_of_formula, extract_final_answer
+from mathtext.notation import math_run, plain_unicode, protect, split_top_level, to_latex
 
 DEFAULT_TIMEOUT_S = 5.0
 

@@ -28,8 +28,8 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-from activelearn.grading import claims
-from activelearn.grading.mathtext import NUMBER_WORDS, plain_unicode
+from mathtext import claims
+from mathtext.notation import NUMBER_WORDS, plain_unicode
 
 
 class Kind(StrEnum):

@@ -27,8 +27,8 @@ from activelearn.grading.comparison import (
     grade_in_process,
     reference_answer,
 )
-from activelearn.grading.extraction import extract_final_answer
 from activelearn.grading.normalization import normalize_answer
+from mathtext.extraction import extract_final_answer
 
 _WORKER_START_TIMEOUT_S = 120.0
 

@@ -10,8 +10,9 @@ Accepted specs:
 * ``tiny:bert`` / ``tiny:llama`` -- a randomly initialised 2-layer model (hidden 32) that
   reuses the MiniLM tokenizer, so tests run in seconds without any download.
 * ``sim:<name>`` -- a small Llama with digit-level tokens, LM-pretrained on unlabeled text
-  of the synthetic campaign domain and cached on disk (``activelearn.simulation.backbone``);
-  the first use pretrains it (minutes on a CPU), later ones load the cache.
+  of the synthetic campaign domain and cached on disk (``activelearn.simulation.backbone``,
+  which registers the prefix: import it first); the first use pretrains it (minutes on a
+  CPU), later ones load the cache.
 
 Encoders are switched to causal attention (``config.is_decoder = True``): a step's score
 must depend only on the problem and the steps before it, otherwise scoring all steps of a
@@ -41,7 +42,7 @@ from transformers import (
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from activelearn.prm.recipes import ENCODER_MODEL_TYPES
+from activelearn.prm.recipes import ENCODER_MODEL_TYPES, prefixed_spec_directory
 
 BUILTIN_MINILM = "builtin:minilm"
 BUILTIN_SMOLLM2 = "builtin:smollm2"
@@ -216,11 +217,9 @@ def load_backbone(spec: str | Path, *, dtype: torch.dtype | None = None) -> Load
         return _load_pretrained(minilm_directory(), name, dtype)
     if name == BUILTIN_SMOLLM2:
         return _load_smollm2(dtype)
-    if name.startswith(SIM_PREFIX):
-        # Imported here: the simulation package is only needed for this spec.
-        from activelearn.simulation.backbone import resolve_sim_backbone
-
-        return _load_pretrained(resolve_sim_backbone(name), name, dtype)
+    registered = prefixed_spec_directory(name)
+    if registered is not None:
+        return _load_pretrained(registered, name, dtype)
     if name in (TINY_BERT, TINY_LLAMA):
         loaded = _build_tiny(name)
         if dtype is not None:
@@ -230,7 +229,8 @@ def load_backbone(spec: str | Path, *, dtype: torch.dtype | None = None) -> Load
     if not (directory / "config.json").is_file():
         raise BackboneNotFoundError(
             f"backbone {name!r} is not {BUILTIN_MINILM!r}, {BUILTIN_SMOLLM2!r}, {TINY_BERT!r}, {TINY_LLAMA!r}, "
-            f"{SIM_PREFIX}<name> or a local directory containing config.json"
+            f"{SIM_PREFIX}<name> (once activelearn.simulation.backbone is imported) or a local directory "
+            "containing config.json"
         )
     return _load_pretrained(directory, name, dtype)
 

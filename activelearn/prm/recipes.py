@@ -13,6 +13,7 @@ alone, so resolving costs no model load.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -28,6 +29,27 @@ FREEZE_ALL = 1000
 # Above this hidden size a model is trained with the large (GPU) recipe.
 LARGE_HIDDEN_SIZE = 1536
 SIMULATED_LEARNING_RATE = 1e-3
+# A simulated backbone's directory holds its pretraining record under this name
+# (activelearn.simulation.backbone writes it): such a directory is the simulated family.
+PRETRAIN_FILE = "pretrain.json"
+
+# Specs by prefix whose models are built elsewhere (``sim:<name>``: the campaign
+# simulator's pretrained backbones). The package that builds them registers how such a
+# spec becomes a local model directory, so prm/ never imports it.
+_PREFIXED_SPECS: dict[str, Callable[[str], Path]] = {}
+
+
+def register_backbone_prefix(prefix: str, directory_of: Callable[[str], Path]) -> None:
+    """Let ``load_backbone`` resolve specs starting with ``prefix`` to ``directory_of(spec)``."""
+    _PREFIXED_SPECS[prefix] = directory_of
+
+
+def prefixed_spec_directory(spec: str) -> Path | None:
+    """The model directory of a registered prefixed spec; None when no prefix matches."""
+    for prefix, directory_of in _PREFIXED_SPECS.items():
+        if spec.startswith(prefix):
+            return directory_of(spec)
+    return None
 
 
 @dataclass(frozen=True)
@@ -111,8 +133,6 @@ def backbone_family(spec: str) -> Family:
         directory = directory / "backbone"
     # A simulated backbone's cache directory (what the campaign simulator trains from) is
     # the simulated family, not just a small Llama: its recipe reads the LM's surprise.
-    from activelearn.simulation.backbone import PRETRAIN_FILE
-
     if (directory / PRETRAIN_FILE).is_file():
         return "simulated"
     config_file = directory / "config.json"

@@ -4,7 +4,7 @@ arms of the small-scale study and a loop that trains and evaluates real PRMs and
 generation by generation. No Django imports (a test checks it). See docs/simulation.md.
 """
 
-from activelearn.selection import PoolCandidate, Selected, select_convincing, select_uniform
+from activelearn.selection.rules import PoolCandidate, Selected, select_convincing, select_uniform
 from activelearn.simulation.arms import ARMS, Arm
 from activelearn.simulation.campaign import (
     CampaignConfig,
@@ -12,8 +12,6 @@ from activelearn.simulation.campaign import (
     Comparison,
     GenerationMetrics,
     compare_strategies,
-    data_efficiency,
-    labels_to_reach,
     run_campaign,
     run_campaign_config,
 )
@@ -31,6 +29,7 @@ from activelearn.simulation.domain import (
 )
 from activelearn.simulation.oracle import OracleLabeler, true_ratings
 from activelearn.simulation.shepherd import ShepherdLabels, rollout_shares
+from activelearn.simulation.stats import data_efficiency, labels_to_reach
 from activelearn.simulation.study import Study, Sweep, run_study, run_sweep
 
 __all__ = [

@@ -33,11 +33,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from activelearn.prm.recipes import PRETRAIN_FILE, register_backbone_prefix
 from activelearn.simulation.domain import DomainConfig, build_dataset
 
 SIM_BACKBONE_PREFIX = "sim:"
 DEFAULT_SIM_BACKBONE = "sim:digits"
-PRETRAIN_FILE = "pretrain.json"
 # Bump when the tokenizer, corpus layout or training loop changes meaning: old caches
 # then stop matching instead of being silently reused.
 FORMAT_VERSION = 1
@@ -225,6 +225,10 @@ def resolve_sim_backbone(spec: str, cache_root: Path | None = None) -> Path:
     if name not in SIM_BACKBONES:
         raise ValueError(f"unknown simulated backbone {spec!r}; known: {sorted(SIM_BACKBONES)}")
     return pretrained_backbone(SIM_BACKBONES[name], cache_root).directory
+
+
+# ``load_backbone("sim:<name>")`` (activelearn.prm.backbones) resolves through this.
+register_backbone_prefix(SIM_BACKBONE_PREFIX, resolve_sim_backbone)
 
 
 def _pretrain(config: PretrainConfig, progress: Callable[[str], None] | None) -> tuple[Any, Any, list[float]]:

@@ -12,29 +12,27 @@ generation fine-tunes it from scratch on all labels so far. By default every gen
 draws a fresh pool of solutions to the same problems, as PRM800K sampled new solutions
 per generation; ``pool="fixed"`` keeps one pool and only removes what was labeled.
 
-Run from a shell::
+``compare_strategies`` runs both strategies on the same seeds; its statistics are in
+``stats``, its report in ``report``, and ``cli`` runs it from a shell::
 
-    python -m activelearn.simulation.campaign --out var/simulation/default
+    python -m activelearn.simulation.cli --out var/simulation/default
 
 Nothing here imports Django.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import math
-import random
 import shutil
 import statistics
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from activelearn.selection import PoolCandidate, Selected, select_convincing, select_uniform
+from activelearn.selection.rules import PoolCandidate, Selected, select_convincing, select_uniform
 from activelearn.simulation.arms import Arm
 from activelearn.simulation.backbone import (
     DEFAULT_SIM_BACKBONE,
@@ -55,6 +53,13 @@ from activelearn.simulation.domain import (
 )
 from activelearn.simulation.oracle import OracleLabeler
 from activelearn.simulation.shepherd import label_solutions
+from activelearn.simulation.stats import (
+    BOOTSTRAP_RESAMPLES,
+    Efficiency,
+    bootstrap_efficiency,
+    data_efficiency,
+    mean_curve,
+)
 
 Strategy = Literal["convincing", "uniform"]
 STRATEGIES: tuple[Strategy, ...] = ("convincing", "uniform")
@@ -64,7 +69,6 @@ PoolMode = Literal["fresh", "fixed"]
 Unit = Literal["solutions", "step_labels"]
 UNITS: tuple[Unit, ...] = ("solutions", "step_labels")
 PRIMARY_METRIC = "first_error_f1"
-BOOTSTRAP_RESAMPLES = 2000
 
 
 @dataclass(frozen=True)
@@ -531,114 +535,6 @@ def _graded(texts: dict[str, str], solutions: Sequence[GeneratedSolution]) -> li
     ]
 
 
-# ------------------------------------------------------------------ data efficiency
-
-
-def labels_to_reach(curve: Sequence[tuple[float, float]], target: float) -> float | None:
-    """Labels at which a (labels, metric) curve first reaches ``target``, linearly
-    interpolated between generations; None if it never does."""
-    previous: tuple[float, float] | None = None
-    for labels, value in curve:
-        if value >= target:
-            if previous is None or value == previous[1]:
-                return labels  # reached at the first point: an upper bound, not interpolated
-            x0, y0 = previous
-            return x0 + (target - y0) * (labels - x0) / (value - y0)
-        previous = (labels, value)
-    return None
-
-
-def data_efficiency(active: Sequence[tuple[float, float]], uniform: Sequence[tuple[float, float]]) -> float | None:
-    """How many times fewer labels active selection needs for the same quality.
-
-    If active reaches uniform's final quality at L labels: uniform's final labels / L (>= 1).
-    Otherwise, if uniform reaches active's final quality at L: L / active's final labels
-    (< 1). None when neither curve reaches the other's end point (e.g. both flat),
-    and when uniform's final quality is already met at active's first point: both
-    campaigns share that first (uniform) generation, so uniform never improved on
-    it and the ratio would only measure the length of the run.
-    """
-    needed = labels_to_reach(active, uniform[-1][1])
-    if needed is not None and needed <= active[0][0] and uniform[-1][0] > active[0][0]:
-        return None
-    if needed is not None and needed > 0:
-        return uniform[-1][0] / needed
-    needed = labels_to_reach(uniform, active[-1][1])
-    if needed is not None and active[-1][0] > 0:
-        return needed / active[-1][0]
-    return None
-
-
-def mean_curve(curves: Sequence[Sequence[tuple[float, float]]]) -> list[tuple[float, float]]:
-    """Point-wise mean of curves with the same number of generations (budget and metric)."""
-    return [
-        (statistics.fmean(c[i][0] for c in curves), statistics.fmean(c[i][1] for c in curves))
-        for i in range(len(curves[0]))
-    ]
-
-
-# Two-sided 95% Student-t quantiles by degrees of freedom; past 30 the normal's 1.96.
-_T975 = (
-    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-    2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
-)  # fmt: skip
-
-
-def t_quantile(degrees_of_freedom: int) -> float:
-    return _T975[degrees_of_freedom - 1] if degrees_of_freedom <= len(_T975) else 1.96
-
-
-def mean_interval(values: Sequence[float]) -> tuple[float, float]:
-    """(mean, half-width of its 95% t-interval over the values); half-width 0 for one value."""
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return mean, 0.0
-    return mean, t_quantile(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
-
-
-@dataclass(frozen=True)
-class Efficiency:
-    on_mean_curves: float | None
-    per_seed: list[float | None]
-    # Percentile bootstrap over seeds of the factor on the mean curves; None when fewer
-    # than half of the resamples had a defined factor.
-    interval: tuple[float, float] | None
-    undefined_resamples: int
-    resamples: int
-
-
-def bootstrap_efficiency(
-    active: Sequence[Sequence[tuple[float, float]]],
-    uniform: Sequence[Sequence[tuple[float, float]]],
-    resamples: int = BOOTSTRAP_RESAMPLES,
-    seed: int = 0,
-) -> tuple[tuple[float, float] | None, int]:
-    """95% percentile interval of the mean-curve factor, resampling seeds with replacement.
-
-    Paired: a resample takes the same seeds for both strategies (they share generation 0
-    and the held-out set). Returns the interval (None if under half the resamples give a
-    defined factor) and the number of resamples whose factor was undefined.
-    """
-    rng = random.Random(f"bootstrap:{seed}")
-    count = len(active)
-    factors: list[float] = []
-    for _ in range(resamples):
-        picks = [rng.randrange(count) for _ in range(count)]
-        factor = data_efficiency(mean_curve([active[i] for i in picks]), mean_curve([uniform[i] for i in picks]))
-        if factor is not None:
-            factors.append(factor)
-    undefined = resamples - len(factors)
-    if len(factors) * 2 < resamples:
-        return None, undefined
-    factors.sort()
-    low = factors[int(0.025 * (len(factors) - 1))]
-    high = factors[math.ceil(0.975 * (len(factors) - 1))]
-    return (low, high), undefined
-
-
-# ------------------------------------------------------------------------ comparison
-
-
 @dataclass(frozen=True)
 class Comparison:
     results: dict[Strategy, tuple[CampaignResult, ...]]  # one per seed, same seed order
@@ -668,184 +564,6 @@ class Comparison:
         config = self.results["uniform"][0].config
         n = max(config.best_of_n_sizes)
         return [PRIMARY_METRIC, "step_auroc", f"bon_prm@{n}", f"bon_prm_min@{n}", f"bon_majority@{n}"]
-
-    def to_markdown(self) -> str:
-        config = self.results["uniform"][0].config
-        seeds = [r.config.seed for r in self.results["uniform"]]
-        count = len(seeds)
-        pool = (
-            "a fresh pool of solutions per generation"
-            if config.pool == "fresh"
-            else "one fixed pool (labeled solutions removed)"
-        )
-        timing = ""
-        if self.wall_seconds is not None:
-            timing = f" Wall time {self.wall_seconds / 60:.1f} min"
-            timing += (
-                f" (pretraining {self.pretrain_seconds / 60:.1f} min of it)."
-                if self.pretrain_seconds
-                else " (backbone from the cache)."
-            )
-        lines = [
-            f"Backbone `{config.backbone}`, {config.train_problems} pool problems x {config.solutions_per_problem} "
-            f"solutions ({pool}), {config.eval_problems} held-out problems x {config.eval_solutions_per_problem}, "
-            f"{config.generations} generations x {config.labels_per_generation} labeled solutions, "
-            f"{config.num_epochs} epochs at learning rate {config.resolved_learning_rate():g}, seeds {seeds}.{timing}",
-            "",
-            f"Cells: mean over the {count} seeds ± the half-width of its 95% Student-t interval "
-            f"(t = {t_quantile(max(1, count - 1)):.3f}, {max(1, count - 1)} degrees of freedom).",
-            "",
-            "| strategy | gen | labeled solutions | step labels | picked wrong-answer | picked subtle error | "
-            + " | ".join(self.metrics())
-            + " |",
-            "|---|---|---|---|---|---|" + "---|" * len(self.metrics()),
-        ]
-        for strategy in STRATEGIES:
-            runs = self.results[strategy]
-            for index in range(config.generations):
-                rows = [run.generations[index] for run in runs]
-                cells = [_interval([metric_value(row, m) for row in rows]) for m in self.metrics()]
-                lines.append(
-                    f"| {strategy} | {index} | {statistics.fmean(r.labeled_solutions for r in rows):.0f} | "
-                    f"{statistics.fmean(r.step_labels for r in rows):.0f} | "
-                    f"{statistics.fmean(r.selected_wrong_answer_share for r in rows):.2f} | "
-                    f"{statistics.fmean(r.selected_subtle_share for r in rows):.2f} | " + " | ".join(cells) + " |"
-                )
-        zero_shot = [r.zero_shot_auroc for r in self.results["uniform"] if r.zero_shot_auroc is not None]
-        if zero_shot:
-            lines += [
-                "",
-                "Baselines of `step_auroc`: random 0.500; the frozen backbone's summed surprise at each step's "
-                f"tokens, no labels: {_interval(zero_shot)}. Of `bon_prm@N`: majority vote (the last column).",
-            ]
-        lines += [
-            "",
-            "Held-out first-error localisation at the last generation, by the first error's kind "
-            "(subtle: off by 1, 2 or 10, or one digit changed):",
-            "",
-            "| strategy | subtle errors found | obvious errors found | error-free solutions passed |",
-            "|---|---|---|---|",
-        ]
-        for strategy in STRATEGIES:
-            last = [run.generations[-1] for run in self.results[strategy]]
-            lines.append(
-                f"| {strategy} | {_interval([g.error_accuracy_subtle for g in last])} | "
-                f"{_interval([g.error_accuracy_obvious for g in last])} | "
-                f"{_interval([g.first_error_correct_accuracy for g in last])} |"
-            )
-        lines += [
-            "",
-            "Data efficiency: the labels uniform spent for its final quality divided by the labels convincing "
-            "needs to reach that quality (linear interpolation between neighbouring generations of the "
-            "convincing curve). When convincing never reaches it, the labels uniform needs to reach convincing's "
-            "final quality divided by convincing's final labels (< 1x). n/a: neither curve reaches the other's "
-            "end, or convincing's first (shared, uniform) generation already matches uniform's end. Budget in "
-            "labeled solutions and in step labels (the ratings they cost). 95% interval: percentile bootstrap "
-            f"over seeds ({BOOTSTRAP_RESAMPLES} paired resamples, factor recomputed on the resampled mean curves).",
-            "",
-            "| metric | budget unit | on mean curves | 95% bootstrap interval | per seed |",
-            "|---|---|---|---|---|",
-        ]
-        for metric in self.metrics()[:4]:  # every metric of the PRM (not majority vote)
-            for unit in UNITS:
-                found = self.efficiency(metric, unit)
-                interval = "n/a" if found.interval is None else f"{found.interval[0]:.2f}x to {found.interval[1]:.2f}x"
-                if found.undefined_resamples:
-                    interval += f" ({found.undefined_resamples} of {found.resamples} resamples n/a)"
-                lines.append(
-                    f"| `{metric}` | {unit.replace('_', ' ')} | {_factor(found.on_mean_curves)} | {interval} | "
-                    + ", ".join(_factor(f) for f in found.per_seed)
-                    + " |"
-                )
-        return "\n".join(lines) + "\n"
-
-    def write_report(self, out_dir: Path) -> dict[str, Path]:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        paths = {
-            "markdown": out_dir / "campaign.md",
-            "svg": out_dir / "campaign.svg",
-            "png": out_dir / "campaign.png",
-            "json": out_dir / "campaign.json",
-        }
-        paths["markdown"].write_text(self.to_markdown())
-        paths["svg"].write_text(self.to_svg())
-        self.write_png(paths["png"])
-        payload: dict[str, Any] = {s: [_result_json(r) for r in runs] for s, runs in self.results.items()}
-        payload["wall_seconds"] = self.wall_seconds
-        payload["pretrain_seconds"] = self.pretrain_seconds
-        paths["json"].write_text(json.dumps(payload, indent=2, default=str))
-        return paths
-
-    def write_png(self, path: Path) -> None:
-        """Metric vs labeled solutions per panel: thin lines per seed, the seed mean with its
-        95% t-interval as a band (matplotlib imported here: only reports need it)."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        panels = self.metrics()[:3]
-        figure, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
-        for ax, metric in zip(axes[0], panels, strict=True):
-            for strategy in STRATEGIES:
-                colour = _COLOURS[strategy]
-                for run in self.results[strategy]:
-                    run_x, run_y = zip(*run.curve(metric), strict=True)
-                    ax.plot(run_x, run_y, color=colour, alpha=0.2, linewidth=1)
-                rows = list(zip(*(run.generations for run in self.results[strategy]), strict=True))
-                xs = [statistics.fmean(g.labeled_solutions for g in row) for row in rows]
-                spans = [mean_interval([metric_value(g, metric) for g in row]) for row in rows]
-                means = [m for m, _ in spans]
-                ax.fill_between(
-                    xs, [m - h for m, h in spans], [m + h for m, h in spans], color=colour, alpha=0.15, linewidth=0
-                )
-                ax.plot(xs, means, color=colour, linewidth=2.5, marker="o", label=strategy)
-            if metric.startswith("bon_prm"):
-                reference = self.mean_curve("uniform", metric.replace("prm", "majority"))
-                if reference:
-                    rx, ry = zip(*reference, strict=True)
-                    ax.plot(rx, ry, color="grey", linestyle="--", label="majority vote")
-            ax.set_title(metric)
-            ax.set_xlabel("labeled solutions")
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
-        figure.tight_layout()
-        figure.savefig(path, dpi=110)
-        plt.close(figure)
-
-    def to_svg(self) -> str:
-        panels = self.metrics()[:3]
-        return render_svg(
-            [
-                (
-                    metric,
-                    {s: [r.curve(metric) for r in self.results[s]] for s in STRATEGIES},
-                    self.mean_curve("uniform", panels[2].replace("prm", "majority"))
-                    if metric.startswith("bon_prm")
-                    else None,
-                )
-                for metric in panels
-            ]
-        )
-
-
-def _factor(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.2f}x"
-
-
-def _interval(values: Sequence[float]) -> str:
-    mean, half = mean_interval(values)
-    return f"{mean:.3f} ± {half:.3f}"
-
-
-def _result_json(result: CampaignResult) -> dict[str, Any]:
-    config = asdict(result.config)
-    return {
-        "strategy": result.strategy,
-        "config": config,
-        "zero_shot_auroc": result.zero_shot_auroc,
-        "generations": [asdict(g) for g in result.generations],
-    }
 
 
 def compare_strategies(
@@ -918,158 +636,11 @@ def _run_seed(seed: int, work_dir: Path, config: dict[str, Any], verbose: bool) 
 
 def _cached(config: CampaignConfig) -> bool | None:
     """Whether a ``sim:`` backbone is already cached; None for other backbones."""
-    from activelearn.simulation.backbone import PRETRAIN_FILE, default_cache_root
+    from activelearn.prm.recipes import PRETRAIN_FILE
+    from activelearn.simulation.backbone import default_cache_root
 
     name = config.backbone.removeprefix(SIM_BACKBONE_PREFIX)
     if not config.backbone.startswith(SIM_BACKBONE_PREFIX) or name not in SIM_BACKBONES:
         return None
     root = Path(config.backbone_cache) if config.backbone_cache else default_cache_root()
     return (root / SIM_BACKBONES[name].fingerprint() / PRETRAIN_FILE).is_file()
-
-
-# ---------------------------------------------------------------------------- SVG plot
-
-_COLOURS = {"convincing": "#d6604d", "uniform": "#4393c3"}
-
-
-def render_svg(
-    panels: Sequence[tuple[str, dict[Strategy, list[list[tuple[float, float]]]], list[tuple[float, float]] | None]],
-) -> str:
-    """Metric vs labeled solutions, one panel per metric: thin lines per seed, thick for the
-    mean; an optional dashed reference curve (majority vote). No plotting library needed."""
-    width, height, margin = 320, 240, 44
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width * len(panels)}" height="{height + 30}" '
-        'font-family="sans-serif" font-size="11">',
-        '<rect width="100%" height="100%" fill="white"/>',
-    ]
-    for panel, (metric, curves, reference) in enumerate(panels):
-        x0 = panel * width
-        points = [p for runs in curves.values() for run in runs for p in run] + (reference or [])
-        xs, ys = [p[0] for p in points], [p[1] for p in points]
-        x_lo, x_hi = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
-        y_lo, y_hi = math.floor(min(ys) * 20) / 20, math.ceil(max(ys) * 20) / 20
-        y_hi = y_hi if y_hi > y_lo else y_lo + 0.05
-
-        def sx(x: float, x0: float = x0, x_lo: float = x_lo, x_hi: float = x_hi) -> float:
-            return x0 + margin + (x - x_lo) / (x_hi - x_lo) * (width - 1.5 * margin)
-
-        def sy(y: float, y_lo: float = y_lo, y_hi: float = y_hi) -> float:
-            return height - margin + 10 - (y - y_lo) / (y_hi - y_lo) * (height - 1.5 * margin)
-
-        parts.append(f'<text x="{x0 + width / 2}" y="14" text-anchor="middle" font-weight="bold">{metric}</text>')
-        parts.append(
-            f'<line x1="{sx(x_lo)}" y1="{sy(y_lo)}" x2="{sx(x_hi)}" y2="{sy(y_lo)}" stroke="black"/>'
-            f'<line x1="{sx(x_lo)}" y1="{sy(y_lo)}" x2="{sx(x_lo)}" y2="{sy(y_hi)}" stroke="black"/>'
-        )
-        for y in (y_lo, (y_lo + y_hi) / 2, y_hi):
-            parts.append(f'<text x="{sx(x_lo) - 4}" y="{sy(y) + 4}" text-anchor="end">{y:.2f}</text>')
-        for x in (x_lo, x_hi):
-            parts.append(f'<text x="{sx(x)}" y="{sy(y_lo) + 14}" text-anchor="middle">{x:.0f}</text>')
-        parts.append(f'<text x="{x0 + width / 2}" y="{height + 20}" text-anchor="middle">labeled solutions</text>')
-
-        def path(curve: Sequence[tuple[float, float]]) -> str:
-            return " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in curve)
-
-        for strategy, runs in curves.items():
-            colour = _COLOURS.get(strategy, "gray")
-            for run in runs:
-                parts.append(f'<polyline points="{path(run)}" fill="none" stroke="{colour}" stroke-opacity="0.3"/>')
-            mean = [
-                (statistics.fmean(r[i][0] for r in runs), statistics.fmean(r[i][1] for r in runs))
-                for i in range(len(runs[0]))
-            ]
-            parts.append(f'<polyline points="{path(mean)}" fill="none" stroke="{colour}" stroke-width="2.5"/>')
-        if reference:
-            parts.append(f'<polyline points="{path(reference)}" fill="none" stroke="gray" stroke-dasharray="4 3"/>')
-        for row, strategy in enumerate(curves):
-            y = 28 + row * 14
-            parts.append(
-                f'<line x1="{x0 + margin + 6}" y1="{y - 4}" x2="{x0 + margin + 22}" y2="{y - 4}" '
-                f'stroke="{_COLOURS.get(strategy, "gray")}" stroke-width="2.5"/>'
-                f'<text x="{x0 + margin + 26}" y="{y}">{strategy}</text>'
-            )
-        if reference:
-            parts.append(f'<text x="{x0 + margin + 26}" y="{28 + len(curves) * 14}">majority vote (dashed)</text>')
-    parts.append("</svg>")
-    return "\n".join(parts) + "\n"
-
-
-# -------------------------------------------------------------------------------- CLI
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    defaults = CampaignConfig()
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--generations", type=int, default=defaults.generations)
-    parser.add_argument("--labels-per-generation", type=int, default=defaults.labels_per_generation)
-    parser.add_argument(
-        "--backbone", default=defaults.backbone, help=f"sim:<name> ({', '.join(SIM_BACKBONES)}), tiny:llama, ..."
-    )
-    parser.add_argument("--backbone-cache", default=None, help="cache of sim: backbones (default VAR_DIR/simulation)")
-    parser.add_argument("--train-problems", type=int, default=defaults.train_problems)
-    parser.add_argument("--solutions-per-problem", type=int, default=defaults.solutions_per_problem)
-    parser.add_argument("--fixed-pool", action="store_true", help="one pool for all generations instead of fresh")
-    parser.add_argument("--eval-problems", type=int, default=defaults.eval_problems)
-    parser.add_argument("--k-per-problem", type=int, default=defaults.k_per_problem, help="0: global top-K only")
-    parser.add_argument("--subtle-share", type=float, default=defaults.domain.subtle_share)
-    parser.add_argument(
-        "--error-rate",
-        type=float,
-        default=defaults.domain.solution_error_rate,
-        help="share of sampled solutions with an error (the pool's and held-out's; not the pretraining corpus's)",
-    )
-    parser.add_argument("--noise-rate", type=float, default=0.0)
-    parser.add_argument("--epochs", type=int, default=defaults.num_epochs)
-    parser.add_argument("--learning-rate", type=float, default=None)
-    parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
-    parser.add_argument(
-        "--freeze-layers", type=int, default=None, help="lower layers kept frozen (default: the backbone's recipe)"
-    )
-    parser.add_argument(
-        "--step-features",
-        nargs="*",
-        default=None,
-        help="what the PRM head reads beside the hidden state, e.g. surprise (none given: none; default: recipe)",
-    )
-    parser.add_argument(
-        "--workers", type=int, default=2, help="seeds run in parallel, one torch thread each (1: in this process)"
-    )
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
-    parser.add_argument("--out", type=Path, default=Path("var/simulation"))
-    args = parser.parse_args(argv)
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
-    started = time.monotonic()
-    comparison = compare_strategies(
-        args.seeds,
-        progress=lambda message: print(f"[{time.monotonic() - started:6.0f}s] {message}", flush=True),
-        workers=args.workers,
-        generations=args.generations,
-        labels_per_generation=args.labels_per_generation,
-        backbone=args.backbone,
-        backbone_cache=args.backbone_cache,
-        train_problems=args.train_problems,
-        solutions_per_problem=args.solutions_per_problem,
-        pool="fixed" if args.fixed_pool else "fresh",
-        eval_problems=args.eval_problems,
-        k_per_problem=args.k_per_problem or None,
-        noise_rate=args.noise_rate,
-        domain=replace(defaults.domain, subtle_share=args.subtle_share, solution_error_rate=args.error_rate),
-        num_epochs=args.epochs,
-        batch_size=args.batch_size,
-        learning_rate=args.learning_rate,
-        freeze_layers=args.freeze_layers,
-        step_features=None if args.step_features is None else tuple(args.step_features),
-    )
-    paths = comparison.write_report(args.out)
-    print(comparison.to_markdown())
-    print("wrote", ", ".join(str(p) for p in paths.values()))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

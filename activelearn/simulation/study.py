@@ -6,7 +6,7 @@ pools per generation, the same held-out problems), ``Study.to_markdown`` reports
 * per arm, each metric against labeled solutions (mean over seeds ± 95% t-interval),
   beside majority vote and the label-free baseline (the frozen LM's surprise);
 * the data efficiency of each convincing arm against uniform on best-of-16 and
-  first-error F1, with its paired bootstrap interval (``campaign.bootstrap_efficiency``);
+  first-error F1, with its paired bootstrap interval (``stats.bootstrap_efficiency``);
 * PRM against ORM on the same labeled solutions, and the ORM on the whole graded pool;
 * Math-Shepherd's automatic labels against the oracle's on the same solutions.
 
@@ -35,26 +35,29 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from activelearn.prm.recipes import PRETRAIN_FILE
 from activelearn.simulation.arms import ARMS, MAIN_CONVINCING, arm_named
-from activelearn.simulation.backbone import PRETRAIN_FILE, default_cache_root
+from activelearn.simulation.backbone import default_cache_root
 from activelearn.simulation.campaign import (
-    BOOTSTRAP_RESAMPLES,
     UNITS,
     CampaignConfig,
     CampaignResult,
     GenerationMetrics,
     Unit,
-    bootstrap_efficiency,
-    data_efficiency,
-    mean_curve,
-    mean_interval,
     metric_value,
     pretrain_config,
     resolve_backbone,
     run_campaign_config,
-    t_quantile,
 )
 from activelearn.simulation.domain import DomainConfig
+from activelearn.simulation.stats import (
+    BOOTSTRAP_RESAMPLES,
+    bootstrap_efficiency,
+    data_efficiency,
+    mean_curve,
+    mean_interval,
+    t_quantile,
+)
 
 # The systematic regime's campaign: a generator holding misconceptions, the backbone
 # pretrained on its samples. Budgets where the curves still climb (see docs). The head

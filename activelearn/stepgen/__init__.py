@@ -2,7 +2,7 @@
 
 Plain Python (stdlib HTTP, torch/transformers for the local backend); nothing here imports
 Django, so a backend runs the same in a Celery worker, a script or a test. The Django
-side is ``activelearn.stepgen_service`` (settings, generating in a worker) and the candidate
+side is ``activelearn.stepgen.service`` (settings, generating in a worker) and the candidate
 store ``labeling.work.candidates``.
 
 ``activelearn.stepgen.local_lm`` imports torch; import it only where a local model runs.
@@ -20,7 +20,7 @@ from activelearn.stepgen.base import (
     StepGenerator,
 )
 from activelearn.stepgen.openai_http import OpenAICompletionsGenerator
-from activelearn.stepgen.splitting import ANSWER_MARKER, FirstStep, first_step
+from mathtext.splitting import ANSWER_MARKER, FirstStep, first_step
 
 __all__ = [
     "ANSWER_MARKER",

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from activelearn.stepgen.splitting import FirstStep, dedupe
+from mathtext.splitting import FirstStep, dedupe
 
 # PRM800K-like: the problem, a blank line, then one step per line; the prompt ends in a
 # newline so that the model's next line is the next step.

@@ -30,7 +30,7 @@ from activelearn.stepgen.base import (
     collect_candidates,
 )
 from activelearn.stepgen.builtin import BUILTIN_SMOLLM2, LocalModelMissing, local_model_problem, smollm2_gguf_file
-from activelearn.stepgen.splitting import first_step
+from mathtext.splitting import first_step
 
 STOP = ("\n",)
 

@@ -31,7 +31,7 @@ from activelearn.stepgen.base import (
     StepGenerationError,
     collect_candidates,
 )
-from activelearn.stepgen.splitting import first_step
+from mathtext.splitting import first_step
 
 STOP = ("\n",)
 _RETRYABLE_4XX = frozenset({408, 429})

@@ -17,7 +17,7 @@ Choices, so that a reader of the demo data knows what it is:
 - ``Problem.level`` is null: CHAMP does not grade difficulty.
 - A conversation's solution is the model message answered by the final
   "summarize" prompt, split into steps by the shared splitter
-  (``activelearn.stepgen.splitting``). Its final answer is the one the steps
+  (``mathtext.splitting``). Its final answer is the one the steps
   state (``activelearn.grading.extract_final_answer``: a box, "the answer is",
   the concluding sentence); the one-sentence summary is read only when the
   steps state none, because a final answer should follow from the steps the
@@ -49,8 +49,6 @@ from django.db import connection, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from activelearn.grading.extraction import extract_final_answer
-from activelearn.stepgen.splitting import split_steps
 from labeling.data.labels import label_steps_for
 from labeling.models import (
     Assignment,
@@ -73,6 +71,8 @@ from labeling.models import (
     content_sha256,
     text_sha256,
 )
+from mathtext.extraction import extract_final_answer
+from mathtext.splitting import split_steps
 
 CHAMP_VERSION = "v0"
 UNIQUE_ID_PREFIX = "champ/"
@@ -617,19 +617,19 @@ def _demo_labeled_work(
         ],
         batch_size=500,
     )
-    task_ids = dict(
-        Task.objects.filter(generation=generation, solution_id__in=[by_conversation[k] for k in keys]).values_list(
-            "solution_id", "pk"
+    task_of_solution = {
+        task.solution_id: task
+        for task in Task.objects.filter(generation=generation, solution_id__in=[by_conversation[k] for k in keys]).only(
+            "pk", "solution_id", "kind"
         )
-    )
+    }
     del tasks
     assignments = []
     for key in keys:
         annotation = annotated[key][1]
         assignments.append(
-            Assignment(
-                task_id=task_ids[by_conversation[key]],
-                task_kind=TaskKind.NORMAL,
+            Assignment.for_task(
+                task_of_solution[by_conversation[key]],
                 labeler=annotator,
                 status=AssignmentStatus.SUBMITTED,
                 started_at=now,
@@ -642,14 +642,16 @@ def _demo_labeled_work(
         )
     Assignment.objects.bulk_create(assignments, batch_size=500)
     assignment_ids = dict(
-        Assignment.objects.filter(labeler=annotator, task_id__in=task_ids.values()).values_list("task_id", "pk")
+        Assignment.objects.filter(labeler=annotator, task_id__in=[t.pk for t in task_of_solution.values()]).values_list(
+            "task_id", "pk"
+        )
     )
     # (assignment, step index, text, is the first wrong step): each labeled step once,
     # for its LabeledStep row and then its rating.
     labeled: list[tuple[int, int, str, bool]] = []
     for key in keys:
         annotation = annotated[key][1]
-        assignment_id = assignment_ids[task_ids[by_conversation[key]]]
+        assignment_id = assignment_ids[task_of_solution[by_conversation[key]].pk]
         last = len(annotation.steps) - 1 if annotation.first_wrong is None else annotation.first_wrong
         labeled.extend(
             (assignment_id, index, annotation.steps[index], index == annotation.first_wrong)

@@ -17,8 +17,6 @@ from typing import Any
 
 from django.db import transaction
 
-from activelearn.grading.extraction import extract_final_answer
-from activelearn.stepgen.splitting import split_steps
 from labeling.data.prm800k import RecordError, iter_json_objects
 from labeling.models import (
     Problem,
@@ -28,6 +26,8 @@ from labeling.models import (
     content_sha256,
     text_sha256,
 )
+from mathtext.extraction import extract_final_answer
+from mathtext.splitting import split_steps
 
 Progress = Callable[[int], object]
 

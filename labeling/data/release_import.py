@@ -43,6 +43,12 @@ from labeling.models import (
     text_sha256,
 )
 
+# What an imported assignment's row holds; the rest takes the columns' defaults.
+ASSIGNMENT_COLUMNS = (
+    "task_id", "task_kind", "labeler_id", "status", "started_at", "last_activity_at", "submitted_at",
+    "total_time_ms", "finish_reason", "label_steps_json",
+)  # fmt: skip
+
 
 def prm800k_problem_id(record: Record) -> str:
     """A deterministic id for a problem known only from the release.
@@ -116,20 +122,18 @@ class _Prm800kWriter:
             submitted = _aware(record)
             if submitted is not None and record.total_time is not None:
                 started = submitted - timedelta(milliseconds=record.total_time)
-            assignment_rows.append(
-                {
-                    "task_id": slot.task.pk,
-                    "task_kind": slot.task.kind,
-                    "labeler_id": self.labelers[record.labeler],
-                    "status": AssignmentStatus.SUBMITTED.value,
-                    "started_at": started,
-                    "last_activity_at": submitted,
-                    "submitted_at": submitted,
-                    "total_time_ms": record.total_time,
-                    "finish_reason": record.finish_reason,
-                    "label_steps_json": orjson.dumps(record_to_dict(record)["label"]["steps"]).decode(),
-                }
+            assignment = Assignment.for_task(
+                slot.task,
+                labeler_id=self.labelers[record.labeler],
+                status=AssignmentStatus.SUBMITTED.value,
+                started_at=started,
+                last_activity_at=submitted,
+                submitted_at=submitted,
+                total_time_ms=record.total_time,
+                finish_reason=record.finish_reason,
+                label_steps_json=orjson.dumps(record_to_dict(record)["label"]["steps"]).decode(),
             )
+            assignment_rows.append({name: getattr(assignment, name) for name in ASSIGNMENT_COLUMNS})
             payloads.append(record)
         assignment_ids = insert_rows(Assignment, assignment_rows)
         self.result.created["assignments"] += len(assignment_ids)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Count, Exists, OuterRef, Q
 
 from labeling.data.imports import ImportResult, Progress
 from labeling.data.prm800k import Record, RecordError, iter_records
@@ -334,3 +335,26 @@ def _gold_record(record: Record, *, source: str, line: int) -> _GoldRecord:
     return _GoldRecord(
         source=source, line=line, solution_ids=solution_ids, step_count=len(steps), error_step=error_step
     )
+
+
+def quality_control_top_up(*, generation: Generation, count: int) -> int:
+    """Top the generation's QC pool up to ``count`` gold items.
+
+    Least-used gold first, so successive generations rotate through the gold set.
+    Returns the size of the QC pool; fewer than ``count`` when there is not enough gold.
+    """
+    if count <= 0:
+        return 0
+    have = set(
+        Task.objects.filter(generation=generation, kind=TaskKind.QUALITY_CONTROL).values_list("solution_id", flat=True)
+    )
+    wanted = max(0, count - len(have))
+    gold = list(
+        Solution.objects.filter(Exists(GoldStep.objects.filter(solution_id=OuterRef("pk"))))
+        .exclude(pk__in=have)
+        .annotate(uses=Count("tasks", filter=Q(tasks__kind=TaskKind.QUALITY_CONTROL)))
+        .order_by("uses", "pk")[:wanted]
+    )
+    if gold:
+        quality_control_set_create(generation=generation, solutions=gold)
+    return len(have) + len(gold)

@@ -30,7 +30,6 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from activelearn.stepgen.splitting import is_answer_step
 from labeling.models import Assignment, AssignmentStatus, CandidateSetStatus, FinishReason, LabeledStep, StepRating
 from labeling.work.assignment import (
     RatingRejected,
@@ -42,6 +41,7 @@ from labeling.work.assignment import (
 )
 from labeling.work.candidates import candidates_get, candidates_prefetch
 from labeling.work.queue import lease_expiry
+from mathtext.splitting import is_answer_step
 
 # Not for secrets: picks which positive candidate the solution continues with.
 _RNG = random.Random()

@@ -26,6 +26,7 @@ from labeling.models import (
     content_sha256,
     text_sha256,
 )
+from tests.labeling.workflow_factories import make_assignment
 
 _n = itertools.count(1)
 FILLER = ["we", "now", "compute", "the", "value", "then", "add", "both", "sides", "so", "it", "follows"]
@@ -97,8 +98,8 @@ def labeled(
         kind=kind,
         is_quality_control=kind == TaskKind.QUALITY_CONTROL,
     )
-    assignment = Assignment.objects.create(
-        task=task,
+    assignment = make_assignment(
+        task,
         labeler=by or labeler(),
         status=AssignmentStatus.SUBMITTED,
         submitted_at=timezone.now(),

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from activelearn import pipeline
+from activelearn.generations import steps
 from activelearn.models import ScoreChunkStatus
 from annotate import celery
 from labeling.models import Generation, GenerationStatus, Problem, Solution, content_sha256, text_sha256
@@ -61,16 +61,16 @@ def drive(generation: Generation, *, limit: int = 20) -> Generation:
         generation.refresh_from_db()
         status = generation.status
         if status == GenerationStatus.REQUESTED:
-            pipeline.generation_prepare(generation_id=generation.pk)
+            steps.generation_prepare(generation_id=generation.pk)
         elif status == GenerationStatus.TRAINING:
-            pipeline.generation_train(generation_id=generation.pk)
+            steps.generation_train(generation_id=generation.pk)
         elif status == GenerationStatus.SCORING:
             for chunk in generation.run.chunks.exclude(status=ScoreChunkStatus.DONE):
-                pipeline.score_chunk_run(chunk_id=chunk.pk)
+                steps.score_chunk_run(chunk_id=chunk.pk)
         elif status == GenerationStatus.GRADING:
-            pipeline.generation_grade(generation_id=generation.pk)
+            steps.generation_grade(generation_id=generation.pk)
         elif status == GenerationStatus.SELECTING:
-            pipeline.generation_select(generation_id=generation.pk)
+            steps.generation_select(generation_id=generation.pk)
         else:
             return generation
     raise AssertionError(f"{generation} did not settle: {generation.status}")

@@ -129,7 +129,7 @@ def test_an_empty_pool_is_said_in_words_on_the_generation_page_and_the_dashboard
 
 @pytest.mark.django_db
 def test_nothing_graded_wrong_and_everything_labeled_are_said_in_words(staff: Client) -> None:
-    from activelearn.generation_report import generation_notes
+    from activelearn.generations.report import generation_notes
 
     none_wrong = _opened(number=1, score_total=50, selected=50, stats={"candidates": 50, "wrong_answer_candidates": 0})
     (note,) = [n for n in generation_notes(generation=none_wrong, run=none_wrong.run) if "graded wrong" in n]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth import get_user_model
 
+from activelearn.checkpoints.training_data import training_set_build
 from activelearn.demo import demo_campaign_load, demo_solutions_to_grade
-from activelearn.training_data import training_set_build
 from labeling.labelers import labeler_for_user
 from labeling.models import GoldStep, LabelerStatus, Solution, Task, TaskKind, TaskStatus
 from labeling.quality.control import screening_set_ids

@@ -2,7 +2,7 @@ import time
 
 import pytest
 
-from activelearn.checkpoints import checkpoint_train
+from activelearn.checkpoints.runs import checkpoint_train
 from activelearn.models import SolutionScore
 from activelearn.tasks import score_chunk_task
 
@@ -54,9 +54,9 @@ def test_enqueueing_never_loads_torch_in_the_web_process():
 
     code = (
         "import django, sys; django.setup(); "
-        "import activelearn.tasks, activelearn.pipeline, activelearn.reconciler, "
-        "activelearn.checkpoints, activelearn.solution_scoring, "
-        "activelearn.answer_grading, activelearn.checkpoint_evaluation, activelearn.training_data; "
+        "import activelearn.tasks, activelearn.generations.pipeline, activelearn.generations.steps, "
+        "activelearn.generations.reconciler, activelearn.checkpoints.runs, activelearn.checkpoints.scoring, "
+        "activelearn.grading.service, activelearn.checkpoints.evaluation, activelearn.checkpoints.training_data; "
         "print('torch' in sys.modules, 'transformers' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from labeling.models import ExportFormat, ExportJob, Generation, Labeler, Problem, Solution, Task
+from labeling.models import Assignment, ExportFormat, ExportJob, Generation, Labeler, Problem, Solution, Task
 from labeling.tasks import run_export_job
 from tests.conftest import WorkerProcess
 
@@ -24,7 +24,7 @@ def test_a_worker_process_runs_an_export_job(celery_worker_process: WorkerProces
     solution = Solution.objects.create(problem=problem, steps=["$1+1=2$"], content_sha256="x", final_answer="2")
     task = Task.objects.create(generation=Generation.objects.create(number=0), solution=solution)
     labeler = Labeler.objects.create()
-    task.assignments.create(labeler=labeler, status="submitted", finish_reason="solution", total_time_ms=5)
+    Assignment.for_task(task, labeler=labeler, status="submitted", finish_reason="solution", total_time_ms=5).save()
     job = ExportJob.objects.create(format=ExportFormat.PRM800K)
 
     run_export_job.apply_async(kwargs={"job_id": job.pk}, queue=celery_worker_process.queue)

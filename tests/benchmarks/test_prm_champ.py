@@ -85,18 +85,17 @@ Path(sys.argv[1]).write_text("".join(json.dumps(r) + "\\n" for r in records))
 """
 
 
-def _evaluation(bo4: dict[str, Any], bo16: dict[str, Any]) -> dict[str, Any]:
-    return {"best_of_n": {"4": bo4, "16": bo16}, "aggregation": "min"}
+def _evaluation(bo4: dict[str, Any], bo16: dict[str, Any], aggregation: str = "min") -> dict[str, Any]:
+    return {"best_of_n": {"4": bo4, "16": bo16}, "aggregation": aggregation}
 
 
-def test_the_seeds_study_picks_the_aggregation_on_validation_and_never_looks_at_test():
+def test_the_seeds_study_picks_with_the_checkpoints_own_aggregation_and_never_looks_at_test():
     from benchmarks.prm_champ_seeds import _pick
 
-    entry = {
-        "validation": _evaluation({"prm_min": 0.40, "prm_last": 0.55, "prm_mean": 0.50}, {}),
-        # On test "min" would win: the pick must not follow it.
-        "test": _evaluation({}, {"prm_min": 0.70, "prm_last": 0.45, "prm_last_ci": [0.3, 0.6], "majority": 0.5}),
-    }
+    # The checkpoint chose "last" in training (on the validation pool); on test "min" would
+    # win, and the pick must not follow it.
+    test = {"prm_min": 0.70, "prm_last": 0.45, "prm_last_ci": [0.3, 0.6], "majority": 0.5}
+    entry = {"validation": _evaluation({"prm_min": 0.60}, {}), "test": _evaluation({}, test, aggregation="last")}
     value, interval, _, name = _pick("PRM", entry, "16")
     assert (name, value, interval) == ("last", 0.45, [0.3, 0.6])
     assert _pick("ORM, equal solutions", {**entry, "test": _evaluation({}, {"prm_last": 0.3})}, "16")[3] == "last"

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from labeling.models import Assignment, Generation, GenerationStatus, Task, TaskKind
+from tests.activelearn.generations.test_pipeline_worker import queue, start_worker  # noqa: F401 (fixtures)
 from tests.activelearn.pipeline_factories import config, labels, pool
-from tests.activelearn.test_pipeline_worker import queue, start_worker  # noqa: F401 (fixtures)
 from tests.labeling.admin_factories import make_staff
 from tests.labeling.workflow_factories import make_generation, make_labeler
 

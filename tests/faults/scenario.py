@@ -98,7 +98,7 @@ def export_seed(*, tasks: int = 200, labelers: int = 100, writers: int = 4, writ
     now = timezone.now()
     for task in _tasks(history, tasks, tag="hist"):
         Assignment.objects.bulk_create(
-            Assignment(task=task, task_kind=task.kind, labeler=p, status=AssignmentStatus.SUBMITTED, started_at=now,
+            Assignment.for_task(task, labeler=p, status=AssignmentStatus.SUBMITTED, started_at=now,
                        submitted_at=now, last_activity_at=now, total_time_ms=1000, finish_reason=FinishReason.SOLUTION,
                        label_steps_json=label)
             for p in people
@@ -161,24 +161,24 @@ def export_writers(*, seconds: float, log: str, go: str) -> dict[str, Any]:
 def pipeline(*, stage: str, training: dict[str, Any], labels: int = 6, problems: int = 3, per_problem: int = 4,
              k: int = 4) -> dict[str, Any]:  # fmt: skip
     """A generation that has reached ``stage`` (training: dispatched; scoring: trained here, chunks queued)."""
-    from activelearn import pipeline as pipe
+    from activelearn.generations import pipeline, steps
     from tests.activelearn import pipeline_factories as factories
 
     factories.labels(labels)
     factories.pool(problems=problems, per_problem=per_problem)
-    generation = pipe.generation_start(config=factories.config(k=k, per_problem=False, training=training))
+    generation = pipeline.generation_start(config=factories.config(k=k, per_problem=False, training=training))
     if stage in ("training", "scoring"):
-        pipe.generation_prepare(generation_id=generation.pk)  # dispatches training (on commit)
+        steps.generation_prepare(generation_id=generation.pk)  # dispatches training (on commit)
     if stage == "scoring":
         # Trained here; its chunks are sent to the broker on commit. (The training
         # message prepare sent finds the checkpoint READY and does nothing.)
-        pipe.generation_train(generation_id=generation.pk)
+        steps.generation_train(generation_id=generation.pk)
     generation.refresh_from_db()
     return {"generation": generation.pk, "status": generation.status}
 
 
 def reconcile() -> dict[str, Any]:
-    from activelearn.reconciler import pipeline_reconcile
+    from activelearn.generations.reconciler import pipeline_reconcile
 
     report = pipeline_reconcile()
     return {"redispatched": report.redispatched, "chunks_requeued": report.chunks_requeued, "failed": report.failed}

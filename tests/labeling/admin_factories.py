@@ -17,7 +17,7 @@ from labeling.models import (
     StepRating,
     Task,
 )
-from tests.labeling.workflow_factories import make_generation, make_labeler, make_task
+from tests.labeling.workflow_factories import make_assignment, make_generation, make_labeler, make_task
 
 
 def make_staff(*, name: str = "research") -> User:
@@ -36,8 +36,8 @@ def make_submitted(
 ) -> Assignment:
     """A submitted assignment whose own steps got ``ratings`` (the last one is where labeling stopped)."""
     now = timezone.now()
-    assignment = Assignment.objects.create(
-        task=task,
+    assignment = make_assignment(
+        task,
         labeler=labeler,
         status=AssignmentStatus.SUBMITTED,
         started_at=now - timedelta(milliseconds=total_time_ms),

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import itertools
 import random
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.contrib.auth.models import User
 
 from labeling.models import (
+    Assignment,
     Generation,
     GenerationStatus,
     Labeler,
@@ -84,3 +85,10 @@ def make_task(
 def make_labeler(*, name: str | None = None, status: str = LabelerStatus.ACTIVE) -> Labeler:
     user = User.objects.create_user(username=name or f"labeler{next(_n)}", password="pw-for-tests-1")
     return Labeler.objects.create(user=user, status=status)
+
+
+def make_assignment(task: Task, **fields: Any) -> Assignment:
+    """A saved assignment of ``task``, made the one way the ORM makes them."""
+    assignment = Assignment.for_task(task, **fields)
+    assignment.save()
+    return assignment

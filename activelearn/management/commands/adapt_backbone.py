@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 from activelearn.management.commands._options import adapt_config, fmt
 from activelearn.prm.adaptation import ADAPTATION_FILE, AdaptConfig, adapt_backbone
 from activelearn.prm.backbones import BackboneNotFoundError
-from activelearn.solution_selectors import solution_texts
+from activelearn.selection.solutions import solution_texts
 
 # The AdaptConfig fields this command sets, each from the option of its own name.
 CONFIG_OPTIONS = ("max_steps", "batch_size", "learning_rate", "train_layers", "max_length", "heldout_share", "seed")

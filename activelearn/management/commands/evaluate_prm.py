@@ -4,10 +4,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from activelearn.checkpoint_evaluation import DEFAULT_BEST_OF_N, EvaluationRequestError, checkpoint_evaluate
+from activelearn.checkpoints.evaluation import DEFAULT_BEST_OF_N, EvaluationRequestError, checkpoint_evaluate
+from activelearn.checkpoints.scoring import CheckpointNotReadyError
 from activelearn.management.commands._checkpoint_arg import ready_checkpoint
 from activelearn.prm.evaluation import DEFAULT_DRAWS, DEFAULT_RESAMPLES
-from activelearn.solution_scoring import CheckpointNotReadyError
 
 
 class Command(BaseCommand):

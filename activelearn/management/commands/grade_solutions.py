@@ -5,9 +5,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from activelearn.answer_grading import grade_summary, solutions_grade
 from activelearn.grading import DEFAULT_TIMEOUT_S
-from activelearn.solution_selectors import never_graded_q, solutions_matching
+from activelearn.grading.service import grade_summary, solutions_grade
+from activelearn.selection.solutions import never_graded_q, solutions_matching
 from labeling.models import Generation, Solution, Split
 
 

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from activelearn.demo import DEMO_PHASE_ONE_PROBLEMS, DemoPhaseOne, demo_campaign_load
-from activelearn.stepgen_service import step_generator_problem
+from activelearn.stepgen.service import step_generator_problem
 from labeling.data.demo import (
     DEFAULT_ADMIN_PASSWORD,
     DEFAULT_LABELER_PASSWORD,

@@ -5,17 +5,17 @@ from typing import Any, cast
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from activelearn.checkpoints import checkpoint_aggregation
-from activelearn.management.commands._checkpoint_arg import ready_checkpoint
-from activelearn.models import PRMCheckpoint
-from activelearn.prm.scoring import REDUCTIONS
-from activelearn.solution_scoring import (
+from activelearn.checkpoints.runs import checkpoint_aggregation
+from activelearn.checkpoints.scoring import (
     CheckpointNotReadyError,
     Reduction,
     checkpoint_model_load,
     scoring_pool,
     solutions_score,
 )
+from activelearn.management.commands._checkpoint_arg import ready_checkpoint
+from activelearn.models import PRMCheckpoint
+from activelearn.prm.scoring import REDUCTIONS
 
 
 def pool_without_unscored_filter_exists(options: dict[str, Any], checkpoint: PRMCheckpoint) -> bool:

@@ -20,7 +20,7 @@ class Command(BaseCommand):
         "Simulate labeling campaigns on the synthetic domain: by default convincing wrong-answer selection "
         "against uniform selection (activelearn.simulation.campaign); --study runs every arm of the small-scale "
         "study in the systematic-error domain, --sweep the systematic share (activelearn.simulation.study). "
-        "Arguments after -- go to the simulator (python -m activelearn.simulation.campaign --help, or "
+        "Arguments after -- go to the simulator (python -m activelearn.simulation.cli --help, or "
         f"activelearn.simulation.study). --write-docs puts the table and plot in {DOC}."
     )
 
@@ -35,7 +35,7 @@ class Command(BaseCommand):
         parser.add_argument("simulator_args", nargs="*", help="simulator arguments, e.g. -- --seeds 0 1 --fixed-pool")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from activelearn.simulation import campaign, study
+        from activelearn.simulation import cli, study
 
         kind = "study" if options["study"] else "sweep" if options["sweep"] is not None else "campaign"
         out: Path = options["out"] or Path(settings.VAR_DIR) / "simulation" / ("" if kind == "campaign" else kind)
@@ -46,7 +46,7 @@ class Command(BaseCommand):
             forwarded += ["--backbone-cache", str(Path(settings.VAR_DIR) / "simulation" / "backbones")]
         if kind == "sweep":
             forwarded += ["--sweep", *(str(share) for share in options["sweep"])]
-        main = campaign.main if kind == "campaign" else study.main
+        main = cli.main if kind == "campaign" else study.main
         code = main([*forwarded, "--out", str(out)])
         if code:
             raise CommandError(f"the simulation exited with status {code}")

@@ -5,7 +5,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from activelearn.pipeline import PipelineError, generation_start
+from activelearn.generations.config import PipelineError
+from activelearn.generations.pipeline import generation_start
 
 
 class Command(BaseCommand):

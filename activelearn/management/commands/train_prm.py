@@ -8,7 +8,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from activelearn.checkpoints import (
+from activelearn.checkpoints.runs import (
     STEP_FEATURE_NAMES,
     BackboneAdaptationError,
     BackboneMissingError,
@@ -18,9 +18,9 @@ from activelearn.checkpoints import (
     checkpoint_run,
     checkpoint_train,
 )
+from activelearn.checkpoints.training_data import OutcomeDataFilters, OutcomeSelectionError, TrainingDataFilters
 from activelearn.management.commands._options import adapt_config, fmt
 from activelearn.models import CheckpointObjective, CheckpointStatus, PRMCheckpoint
-from activelearn.training_data import OutcomeDataFilters, OutcomeSelectionError, TrainingDataFilters
 
 # AdaptConfig fields --adapt-steps and its company set (the rest keep their defaults).
 ADAPT_OPTIONS = {

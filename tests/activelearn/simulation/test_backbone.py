@@ -8,11 +8,10 @@ from transformers import AutoModelForCausalLM
 
 from activelearn.prm import ProcessRewardModel, TrainConfig, train_prm
 from activelearn.prm.backbones import load_tokenizer
-from activelearn.prm.recipes import FREEZE_ALL
+from activelearn.prm.recipes import FREEZE_ALL, PRETRAIN_FILE
 from activelearn.prm.tokenization import DEFAULT_SEPARATOR
 from activelearn.simulation import backbone as sim_backbone
 from activelearn.simulation.backbone import (
-    PRETRAIN_FILE,
     SIM_BACKBONES,
     STEP_SEPARATOR,
     build_tokenizer,

@@ -9,15 +9,13 @@ from activelearn.simulation.campaign import (
     CampaignConfig,
     Comparison,
     _run_seed,
-    bootstrap_efficiency,
     compare_strategies,
-    data_efficiency,
-    labels_to_reach,
-    mean_interval,
     pool_solutions,
     run_campaign,
 )
 from activelearn.simulation.domain import generate_problems
+from activelearn.simulation.report import comparison_markdown, write_report
+from activelearn.simulation.stats import bootstrap_efficiency, data_efficiency, labels_to_reach, mean_interval
 
 TINY: dict[str, Any] = dict(
     train_problems=16,
@@ -82,7 +80,7 @@ def test_comparing_strategies_writes_a_table_and_a_plot(tmp_path):
     # Generation 0 is the same uniform seed set for both strategies.
     first, again = (replace(comparison.results[s][0].generations[0], train_seconds=0.0) for s in STRATEGIES)
     assert first == again
-    paths = comparison.write_report(tmp_path)
+    paths = write_report(comparison, tmp_path)
     table = paths["markdown"].read_text()
     assert "| convincing | 1 | 16 |" in table and "| uniform | 1 | 16 |" in table
     assert "data efficiency" in table.lower()
@@ -129,7 +127,7 @@ def test_a_campaign_on_a_pretrained_sim_backbone_reports_intervals_over_seeds_in
     )
     assert comparison.pretrain_seconds is not None  # an empty cache: pretrained once, for both seeds
     assert len(list((tmp_path / "cache").iterdir())) == 1
-    table = comparison.to_markdown()
+    table = comparison_markdown(comparison)
     assert "Student-t" in table and " ± " in table
     for metric in ("first_error_f1", "step_auroc", "bon_prm@4"):
         assert f"| `{metric}` | solutions |" in table and f"| `{metric}` | step labels |" in table
@@ -169,7 +167,7 @@ def test_a_worker_process_runs_a_seed_exactly_as_the_sequential_loop_does(tmp_pa
 def test_the_command_line_passes_pool_mode_and_domain_knobs_to_every_run(tmp_path):
     import json
 
-    from activelearn.simulation.campaign import main
+    from activelearn.simulation.cli import main
 
     args = ["--seeds", "0", "--generations", "1", "--labels-per-generation", "6", "--train-problems", "8"]
     args += ["--solutions-per-problem", "2", "--eval-problems", "4", "--epochs", "1", "--workers", "1"]

@@ -7,7 +7,7 @@ import torch
 
 from activelearn.stepgen import SamplingParams, StepGenerationError, builtin
 from activelearn.stepgen.local_lm import LocalLMGenerator, StepComplete
-from activelearn.stepgen.splitting import is_answer_step
+from mathtext.splitting import is_answer_step
 
 PROBLEM = "x + 2 = 3"
 STEPS = ["we add both", "so x = 2"]

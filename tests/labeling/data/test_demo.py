@@ -11,7 +11,6 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.test import Client
 
-from activelearn.stepgen.splitting import split_steps
 from labeling.data import demo
 from labeling.data.demo import GENERATOR, demo_load
 from labeling.models import (
@@ -33,6 +32,7 @@ from labeling.models import (
     content_sha256,
     text_sha256,
 )
+from mathtext.splitting import split_steps
 
 PER_PROBLEM = 2  # keeps each load well under a second
 _READ_CHAMP = demo.read_champ
@@ -215,7 +215,7 @@ def test_the_human_annotations_not_kept_as_gold_are_labeled_generation_zero_work
             assert ratings == [1] * annotation.first_wrong + [-1]
         assert assignment.label_steps_json
     # What training reads: every labeled solution, with the annotated step negative.
-    from activelearn.training_data import labeled_solutions_list
+    from activelearn.checkpoints.training_data import labeled_solutions_list
 
     assert len(labeled_solutions_list()) == len(labeled)
 

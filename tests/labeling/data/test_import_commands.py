@@ -13,6 +13,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from labeling.models import Assignment, Problem, Solution, StepAlternative, StepRating
+from tests.labeling.workflow_factories import make_assignment
 
 # The annotated example record of the public release README (three labeled
 # steps, four alternatives rated at the error step), as one JSONL line.
@@ -282,14 +283,14 @@ def test_exports_of_imported_samples_carry_the_extracted_answer_and_no_provenanc
     from django.utils import timezone
 
     from labeling.data.exports import iter_prm800k_records
-    from labeling.models import Assignment, AssignmentStatus, Generation, Task
+    from labeling.models import AssignmentStatus, Generation, Task
     from tests.labeling.workflow_factories import make_labeler
 
     run_import("import_problems", str(jsonl(tmp_path / "math.jsonl", *MATH_ROWS)))
     run_import("import_solutions", str(jsonl(tmp_path / "pool.jsonl", sample("GPT-4|0-Shot"))))
     task = Task.objects.create(generation=Generation.objects.create(number=0), solution=Solution.objects.get())
-    Assignment.objects.create(
-        task=task,
+    make_assignment(
+        task,
         labeler=make_labeler(),
         status=AssignmentStatus.SUBMITTED,
         submitted_at=timezone.now(),

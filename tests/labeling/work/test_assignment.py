@@ -9,7 +9,7 @@ from labeling.models import Assignment, AssignmentStatus, Labeler, LabelerStatus
 from labeling.work.assignment import AssignmentNotFound, assignment_for_labeler, is_phase_one
 from labeling.work.queue import assignment_next
 from tests.labeling.work.test_phase_one import make_phase_one_task
-from tests.labeling.workflow_factories import make_generation, make_labeler, make_task
+from tests.labeling.workflow_factories import make_assignment, make_generation, make_labeler, make_task
 
 pytestmark = pytest.mark.django_db
 
@@ -42,7 +42,7 @@ def test_a_user_without_an_id_finds_no_assignment_of_a_labeler_without_a_user():
     # Labelers imported from the release have no user.
     imported = Labeler.objects.create(status=LabelerStatus.ACTIVE)
     task = make_task(generation=make_generation())
-    assignment = Assignment.objects.create(task=task, labeler=imported, status=AssignmentStatus.IN_PROGRESS)
+    assignment = make_assignment(task, labeler=imported, status=AssignmentStatus.IN_PROGRESS)
     for user in (AnonymousUser(), User(username="unsaved")):
         with pytest.raises(AssignmentNotFound):
             assignment_for_labeler(user=user, pk=assignment.pk)
@@ -50,6 +50,6 @@ def test_a_user_without_an_id_finds_no_assignment_of_a_labeler_without_a_user():
 
 def test_phase_one_is_a_task_on_the_placeholder_solution_without_steps():
     phase_two = _leased()
-    phase_one = Assignment.objects.create(task=make_phase_one_task(), labeler=make_labeler())
+    phase_one = make_assignment(make_phase_one_task(), labeler=make_labeler())
     assert not is_phase_one(phase_two)
     assert is_phase_one(phase_one)

@@ -12,14 +12,14 @@ from activelearn.stepgen import SamplingRecord, StepCandidates
 from labeling.models import Assignment, CandidateSetStatus, StepCandidateSet
 from labeling.work.candidates import DatabaseCandidateStore
 from tests.labeling.work.test_phase_one import make_phase_one_task
-from tests.labeling.workflow_factories import make_labeler
+from tests.labeling.workflow_factories import make_assignment, make_labeler
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def assignment() -> Assignment:
-    return Assignment.objects.create(task=make_phase_one_task(), labeler=make_labeler())
+    return make_assignment(make_phase_one_task(), labeler=make_labeler())
 
 
 def candidates(*texts: str) -> dict[str, Any]:
@@ -99,7 +99,7 @@ def test_two_concurrent_claims_of_one_slot_queue_one_task():
 
     from django.db import connection
 
-    assignment = Assignment.objects.create(task=make_phase_one_task(), labeler=make_labeler())
+    assignment = make_assignment(make_phase_one_task(), labeler=make_labeler())
     now = timezone.now()
 
     def one_claim(_: int) -> bool:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -26,7 +26,7 @@ from labeling.quality.control import ROLLING_WINDOW_IDS, WINDOW_GOLD, WINDOW_ITE
 from labeling.work.hotpath import LABELER_LOCK, QUALITY_CONTROL_UNSEEN, quality_control_unseen_ids
 from labeling.work.queue import assignment_next
 from tests.labeling.gold_factories import make_qc_pool, make_screening_set
-from tests.labeling.workflow_factories import FixedDraw, make_generation, make_labeler, make_task
+from tests.labeling.workflow_factories import FixedDraw, make_assignment, make_generation, make_labeler, make_task
 
 pytestmark = pytest.mark.django_db
 
@@ -41,8 +41,8 @@ def test_every_assignment_carries_its_tasks_kind_however_it_was_made():
     screening_set = make_screening_set(size=1)
     screened = assignment_next(labeler=make_labeler(status=LabelerStatus.SCREENING))
     assert qc is not None and normal is not None and screened is not None
-    made_by_hand = Assignment.objects.create(task=pool[0], labeler=make_labeler(), status=AssignmentStatus.EXPIRED)
-    loaded_task = Assignment.objects.create(task=Task.objects.get(pk=pool[0].pk), labeler=make_labeler())
+    made_by_hand = make_assignment(pool[0], labeler=make_labeler(), status=AssignmentStatus.EXPIRED)
+    loaded_task = make_assignment(Task.objects.get(pk=pool[0].pk), labeler=make_labeler())
 
     kinds = {a.pk: a.task_kind for a in (qc, normal, screened, made_by_hand, loaded_task)}
     assert kinds == {
@@ -54,6 +54,13 @@ def test_every_assignment_carries_its_tasks_kind_however_it_was_made():
     }
     assert screened.task_id == screening_set[0].pk
     assert not Assignment.objects.exclude(task_kind=F("task__kind")).exists()  # as stored, too
+
+
+def test_an_assignment_made_without_its_tasks_kind_is_refused():
+    task = make_task(generation=make_generation())
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Assignment.objects.create(task=task, labeler=make_labeler())
+    assert not Assignment.objects.exists()
 
 
 def test_saving_an_assignment_read_in_part_writes_it_and_reads_nothing(django_assert_num_queries):
@@ -96,7 +103,7 @@ def test_the_lease_and_the_qc_window_are_read_through_their_partial_indexes_in_t
     g = make_generation()
     labeler = make_labeler()
     for _ in range(3):
-        a = Assignment.objects.create(task=make_task(generation=g), labeler=labeler, started_at=timezone.now())
+        a = make_assignment(make_task(generation=g), labeler=labeler, started_at=timezone.now())
         Assignment.objects.filter(pk=a.pk).update(status=AssignmentStatus.EXPIRED)
     lease = _generic_plan(LABELER_LOCK.format(lock=" FOR NO KEY UPDATE OF l"), [labeler.pk])
     assert "assignment_one_in_progress_per_labeler" in lease, lease
@@ -132,7 +139,7 @@ def test_a_windows_items_and_gold_are_reached_from_its_assignment_ids():
     pool = make_qc_pool(generation=g, size=3)
     for _ in range(3):
         make_task(generation=g)
-    ids = [Assignment.objects.create(task=task, labeler=make_labeler()).pk for task in pool]
+    ids = [make_assignment(task, labeler=make_labeler()).pk for task in pool]
     placeholders = ", ".join(["%s"] * len(ids))
     for statement in (WINDOW_ITEMS, WINDOW_GOLD):
         plan = _generic_plan(statement.format(ids=placeholders), ids)

@@ -14,7 +14,7 @@ from labeling.models import Assignment, AssignmentStatus, Generation, Generation
 from labeling.quality.control import _finished_gold_assignments, _rolling_window_ids
 from labeling.work.hotpath import open_generation_ids
 from tests.labeling.gold_factories import make_qc_pool, make_screening_set
-from tests.labeling.workflow_factories import make_generation, make_labeler, make_task
+from tests.labeling.workflow_factories import make_assignment, make_generation, make_labeler, make_task
 
 pytestmark = pytest.mark.django_db
 
@@ -48,8 +48,8 @@ def test_a_user_without_a_labeler_row_gets_one_once():
 
 def _assignment(task: Task, labeler: Labeler, *, status: str, started_at: datetime) -> Assignment:
     finished = status != AssignmentStatus.IN_PROGRESS
-    return Assignment.objects.create(
-        task=task, labeler=labeler, status=status, started_at=started_at,
+    return make_assignment(
+        task, labeler=labeler, status=status, started_at=started_at,
         finish_reason="give_up" if finished else None, submitted_at=started_at if finished else None,
     )  # fmt: skip
 
@@ -126,8 +126,8 @@ def test_the_unseen_qc_items_are_the_gold_qc_tasks_of_open_phase_two_generations
     Task.objects.filter(pk=retired.pk).update(status=TaskStatus.RETIRED)
     GoldStep.objects.filter(solution_id=no_gold.solution_id).delete()
     labeler, other = make_labeler(), make_labeler()
-    Assignment.objects.create(task=had, labeler=labeler, status=AssignmentStatus.EXPIRED)  # had, even if lost
-    Assignment.objects.create(task=pool[0], labeler=other, status=AssignmentStatus.EXPIRED)
+    make_assignment(had, labeler=labeler, status=AssignmentStatus.EXPIRED)  # had, even if lost
+    make_assignment(pool[0], labeler=other, status=AssignmentStatus.EXPIRED)
     make_task(generation=current)  # normal work is never a QC item
 
     assert quality_control_unseen_ids(labeler_id=labeler.pk) == sorted([pool[0].pk, done.pk])

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
+from activelearn.checkpoints.training_data import labeled_solutions_list
 from activelearn.stepgen import SamplingRecord, StepCandidates, StepGenerationError
-from activelearn.stepgen_service import candidates_generate, step_prefix
-from activelearn.training_data import labeled_solutions_list
+from activelearn.stepgen.service import candidates_generate, step_prefix
 from labeling.models import (
     Assignment,
     AssignmentStatus,

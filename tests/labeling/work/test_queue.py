@@ -12,7 +12,7 @@ from django.utils import timezone
 from labeling.models import Assignment, AssignmentStatus, GenerationStatus, LabelerStatus, Task, TaskKind, TaskStatus
 from labeling.work.queue import LabelerMayNotWork, assignment_next
 from labeling.work.rating import step_rate
-from tests.labeling.workflow_factories import make_generation, make_labeler, make_task
+from tests.labeling.workflow_factories import make_assignment, make_generation, make_labeler, make_task
 
 pytestmark = pytest.mark.django_db
 
@@ -77,7 +77,7 @@ def test_it_skips_done_tasks_and_tasks_the_labeler_already_did():
     had = make_task(generation=g, priority=2, labelers_needed=3)
     fresh = make_task(generation=g, priority=1)
     labeler = make_labeler()
-    Assignment.objects.create(task=had, labeler=labeler, status=AssignmentStatus.SUBMITTED, finish_reason="give_up")
+    make_assignment(had, labeler=labeler, status=AssignmentStatus.SUBMITTED, finish_reason="give_up")
     assert assignment_next(labeler=labeler).task == fresh
 
 
