@@ -1,10 +1,16 @@
-"""Candidates from an OpenAI-compatible ``/v1/completions`` endpoint (vLLM, TGI, llama.cpp...).
+"""Candidates and whole solutions from an OpenAI-compatible ``/v1/completions`` endpoint
+(vLLM, SGLang, TGI, llama.cpp's server...).
 
 One request asks for ``n=K`` samples with ``stop=["\\n"]``, so the server stops each
 sample at the end of its line. A sample that stopped before holding a whole step (a
 blank line before ``# Answer``, or the bare marker, see ``splitting``) is continued
 with the text so far appended to the prompt, for at most ``max_followups`` rounds;
 samples sharing the same text so far go in one request with ``n`` = their count.
+
+``sample_solutions`` asks for whole solutions: the same prompt with no steps yet, no
+stop string, so each sample runs to the model's end of sequence or ``max_tokens``. A
+server that returns fewer choices than ``n`` (llama.cpp's serves one per request) is
+asked again for the rest, the seed moved on by the number already drawn.
 
 The transport is one ``httpx.Client`` per generator (kept-alive connections, safe to
 share between threads; proxy variables of the environment are ignored: the server is
@@ -31,6 +37,7 @@ from activelearn.stepgen.base import (
     SampleOutcome,
     SamplingParams,
     SamplingRecord,
+    SolutionDraw,
     StepCandidates,
     StepGenerationError,
     collect_candidates,
@@ -77,6 +84,35 @@ class OpenAICompletionsGenerator:
             headers["Authorization"] = f"Bearer {api_key}"
         self._client = httpx.Client(headers=headers, timeout=timeout_s, trust_env=False)
 
+    @property
+    def model_name(self) -> str:
+        return self.model
+
+    @property
+    def endpoint(self) -> str:
+        return self.url
+
+    def sample_solutions(self, *, problem: str, n: int, seed: int | None) -> list[SolutionDraw]:
+        prompt = self.prompt_template.render(problem=problem, steps=[])
+        draws: list[SolutionDraw] = []
+        while len(draws) < n:
+            request_seed = None if seed is None else seed + len(draws)
+            request_id, choices = self._complete(prompt, n=n - len(draws), seed=request_seed, stop=())
+            if not choices:
+                raise StepGenerationError(f"POST {self.url} returned no choices for n={n - len(draws)}")
+            for index, choice in enumerate(choices[: n - len(draws)]):
+                finish = choice.get("finish_reason")
+                draws.append(
+                    SolutionDraw(
+                        text=choice["text"],
+                        finish_reason=finish if isinstance(finish, str) else "",
+                        request_id=request_id,
+                        choice_index=index,
+                        seed=request_seed,
+                    )
+                )
+        return draws
+
     def generate(self, *, problem: str, steps: Sequence[str], seed: int | None = None) -> StepCandidates:
         seed = self.params.seed if seed is None else seed
         prompt = self.prompt_template.render(problem=problem, steps=steps)
@@ -89,7 +125,7 @@ class OpenAICompletionsGenerator:
                 break
             unfinished: Counter[str] = Counter()
             for so_far, count in pending.items():
-                choices = self._complete(prompt + so_far, n=count, seed=seed)
+                _, choices = self._complete(prompt + so_far, n=count, seed=seed, stop=STOP)
                 requests += 1
                 for choice in choices:
                     outcome, text = self._outcome(so_far, choice)
@@ -126,7 +162,10 @@ class OpenAICompletionsGenerator:
         step = first_step(text)
         return (SampleOutcome(step, ended=False) if step.complete else None), text
 
-    def _complete(self, prompt: str, *, n: int, seed: int | None) -> list[dict[str, Any]]:
+    def _complete(
+        self, prompt: str, *, n: int, seed: int | None, stop: Sequence[str]
+    ) -> tuple[str, list[dict[str, Any]]]:
+        """The response's id and its choices in index order."""
         payload: dict[str, Any] = {
             "model": self.model,
             "prompt": prompt,
@@ -134,8 +173,9 @@ class OpenAICompletionsGenerator:
             "max_tokens": self.params.max_tokens,
             "temperature": self.params.temperature,
             "top_p": self.params.top_p,
-            "stop": list(STOP),
         }
+        if stop:
+            payload["stop"] = list(stop)
         if seed is not None:
             payload["seed"] = seed
         response = self._post(payload)
@@ -147,7 +187,9 @@ class OpenAICompletionsGenerator:
                 f"POST {self.url} returned no usable 'choices' (a list of objects with a 'text' string): "
                 f"{json.dumps(response)[:_BODY_SNIPPET]}"
             )
-        return sorted(choices, key=lambda c: c.get("index", 0) if isinstance(c.get("index"), int) else 0)
+        request_id = response.get("id")
+        ordered = sorted(choices, key=lambda c: c.get("index", 0) if isinstance(c.get("index"), int) else 0)
+        return (request_id if isinstance(request_id, str) else ""), ordered
 
     def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
         attempts = self.retries + 1
