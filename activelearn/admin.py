@@ -27,6 +27,7 @@ from activelearn.phase_one import phase_one_open
 from activelearn.pipeline import (
     INTEGER_MAX,
     K_MAX,
+    SAMPLE_N_MAX,
     GenerationConfig,
     GenerationConfigError,
     PipelineError,
@@ -153,7 +154,9 @@ class SolutionScoreAdmin(ReadOnlyAdminMixin, FastListAdmin):
 
 
 # The GenerationConfig keys the start form gives fields of their own; the rest stay in its JSON.
-FORM_KEYS = ("k", "per_problem", "wrong_share", "split", "qc_items", "overlap_share", "retrain", "base_model")
+FORM_KEYS = (
+    "k", "per_problem", "wrong_share", "split", "sample_n", "qc_items", "overlap_share", "retrain", "base_model",
+)  # fmt: skip
 _SPLITS = [("any", "any split"), ("train", "train"), ("validation", "validation"), ("test", "test"), ("", "no split")]
 _YES_NO = [("", "default"), ("yes", "yes"), ("no", "no")]
 
@@ -190,6 +193,15 @@ class GenerationStartForm(forms.Form):
         required=False, min_value=0.0, max_value=1.0, help_text="Share of convincing wrong-answer picks."
     )
     split = forms.ChoiceField(choices=_SPLITS, required=False, initial="any", help_text="Pool: problems of this split.")
+    sample_n = forms.IntegerField(
+        label="sample N per problem",
+        required=False,
+        min_value=0,
+        max_value=SAMPLE_N_MAX,
+        help_text="Phase 2. Draw N solutions per problem (of the split and problem_ids) from the generator first "
+        "(SAMPLING_* settings, docs/operations.md) and select from those; empty or 0: off, the pool is the "
+        "solutions already imported.",
+    )
     qc_items = forms.IntegerField(
         label="QC items", required=False, min_value=0, help_text="Gold QC items added to the generation."
     )

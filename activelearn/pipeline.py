@@ -1,7 +1,7 @@
 """Services: a generation as a durable state machine, and the steps that move it.
 
-    requested ─▶ training ─▶ scoring ─▶ grading ─▶ selecting ─▶ open ─▶ closed
-        └──────(reuse a checkpoint)──▶┘
+    (sampling ─▶) requested ─▶ training ─▶ scoring ─▶ grading ─▶ selecting ─▶ open ─▶ closed
+                      └──────(reuse a checkpoint)──▶┘
     any running step ─▶ failed (with the error) ─▶ retry resumes that step
 
 ``Generation.status`` is the source of truth; it changes only in
@@ -13,6 +13,8 @@ checkpoint and the claims.
 Every step is idempotent, so a redelivered task, a re-enqueue by the reconciler or a
 retry changes nothing already done:
 
+* sampling (with ``sample_n``): the generation's own pool, drawn from the generator in
+  claimed chunks (``activelearn.generations.sampling``);
 * prepare: the checkpoint row is created once (under a row lock on the run);
 * training: ``checkpoint_run`` resumes from the last saved optimizer step, and a claim
   on the checkpoint's heartbeat keeps a second worker from training it at the same time;
@@ -57,8 +59,11 @@ from activelearn.models import (
     CheckpointStatus,
     GenerationRun,
     PRMCheckpoint,
+    SampleChunk,
+    SampleChunkStatus,
     ScoreChunk,
     ScoreChunkStatus,
+    SolutionSample,
     SolutionScore,
 )
 from activelearn.selection import PoolCandidate, Selected, select_convincing, serving_order
@@ -95,21 +100,25 @@ K_MAX = 1_000_000
 SCORE_BATCH_MAX = 4096
 GRADE_TIMEOUT_MAX_S = 3600.0
 
+SAMPLE_N_MAX = 1000
+
 _S = GenerationStatus
 
 # Which statuses may follow which. FAILED → a running step is a retry.
 ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
+    _S.SAMPLING: frozenset({_S.REQUESTED, _S.FAILED}),
     _S.REQUESTED: frozenset({_S.TRAINING, _S.SCORING, _S.FAILED}),
     _S.TRAINING: frozenset({_S.SCORING, _S.FAILED}),
     _S.SCORING: frozenset({_S.GRADING, _S.FAILED}),
     _S.GRADING: frozenset({_S.SELECTING, _S.FAILED}),
     _S.SELECTING: frozenset({_S.OPEN, _S.FAILED}),
     _S.OPEN: frozenset({_S.CLOSED}),
-    _S.FAILED: frozenset({_S.REQUESTED, _S.TRAINING, _S.SCORING, _S.GRADING, _S.SELECTING, _S.CLOSED}),
+    _S.FAILED: frozenset({_S.SAMPLING, _S.REQUESTED, _S.TRAINING, _S.SCORING, _S.GRADING, _S.SELECTING, _S.CLOSED}),
     _S.CLOSED: frozenset(),
 }
 # The run's started/finished timestamp fields per timed step.
 _STEP_TIMES: dict[str, tuple[str, str]] = {
+    _S.SAMPLING: ("sampling_started_at", "sampling_finished_at"),
     _S.TRAINING: ("training_started_at", "training_finished_at"),
     _S.SCORING: ("scoring_started_at", "scoring_finished_at"),
     _S.GRADING: ("grading_started_at", "grading_finished_at"),
@@ -156,6 +165,9 @@ class GenerationConfig:
     split: str | None = None
     # None: every never-served solution; the default is settings.PIPELINE_POOL_PER_PROBLEM.
     per_problem_cap: int | None = field(default_factory=lambda: settings.PIPELINE_POOL_PER_PROBLEM or None)
+    # Sample N solutions per problem from the generator first (SAMPLING_* settings), and
+    # make the pool those; 0 = off, the pool is the solutions already stored.
+    sample_n: int = 0
     # Gold QC items added to the generation's QC pool (labeling.quality.gold); 0 = none.
     qc_items: int = 0
     # Share of new tasks labeled twice (labeling.quality.control.overlap_labelers_needed);
@@ -221,6 +233,7 @@ class GenerationConfig:
             or (integer(self.per_problem_cap) and 1 <= self.per_problem_cap <= INTEGER_MAX),
             f"per_problem_cap must be an integer in [1, {INTEGER_MAX}]",
         )
+        need(integer(self.sample_n) and 0 <= self.sample_n <= SAMPLE_N_MAX, f"sample_n must lie in [0, {SAMPLE_N_MAX}]")
         need(
             integer(self.qc_items) and 0 <= self.qc_items <= settings.QC_ITEMS_MAX,
             f"qc_items must lie in [0, QC_ITEMS_MAX={settings.QC_ITEMS_MAX}]",
@@ -361,24 +374,31 @@ def generation_start(
             raise GenerationConfigError(str(error)) from None
     else:
         _reused_checkpoint(resolved)  # fail now, not in a worker
+    if resolved.sample_n:
+        from activelearn.generations.sampler import sampling_problem
+
+        if (problem := sampling_problem()) is not None:
+            raise GenerationConfigError(problem)
     running = Generation.objects.filter(phase=Phase.TWO, status__in=RUNNING).first()
     if running is not None:
         raise GenerationRunningError(f"{running} is running ({running.status})")
     now = timezone.now()
+    first = _S.SAMPLING if resolved.sample_n else _S.REQUESTED
     try:
         with transaction.atomic():
             generation = Generation.objects.create(
                 number=_next_number() if number is None else number,
                 phase=Phase.TWO,
-                status=_S.REQUESTED,
+                status=first,
                 config=resolved.to_json(),
                 started_at=now,
             )
             GenerationRun.objects.create(
                 generation=generation,
                 config=resolved.to_json(),
-                step=_S.REQUESTED,
+                step=first,
                 step_started_at=now,
+                sampling_started_at=now if resolved.sample_n else None,
                 dispatched_at=now,
             )
             generation_dispatch(generation_id=generation.pk)
@@ -399,9 +419,12 @@ def generation_retry(*, generation_id: int) -> Generation:
     with transaction.atomic():
         if not generation_transition(generation_id=generation_id, from_=_S.FAILED, to=step):
             raise GenerationStateError(f"{generation} changed status meanwhile")
-        # Failed chunks are scored again; a chunk that kept dying gets its attempts back.
+        # Failed chunks are sampled or scored again; a chunk that kept dying gets its attempts back.
         ScoreChunk.objects.filter(run=generation.run).exclude(status=ScoreChunkStatus.DONE).update(
             status=ScoreChunkStatus.PENDING, claim_token="", error="", heartbeat_at=None, attempts=0
+        )
+        SampleChunk.objects.filter(run=generation.run).exclude(status=SampleChunkStatus.DONE).update(
+            status=SampleChunkStatus.PENDING, claim_token="", error="", heartbeat_at=None, attempts=0
         )
         GenerationRun.objects.filter(pk=generation.run.pk).update(retries=F("retries") + 1)
         generation_dispatch(generation_id=generation_id)
@@ -442,7 +465,9 @@ def generation_dispatch(*, generation_id: int) -> None:
     status = Generation.objects.filter(pk=generation_id).values_list("status", flat=True).first()
     cpu_limit = settings.PIPELINE_CPU_TIME_LIMIT_S
     GenerationRun.objects.filter(generation_id=generation_id).update(dispatched_at=timezone.now())
-    if status == _S.REQUESTED:
+    if status == _S.SAMPLING:
+        _enqueue("generation_sample_task", generation_id, gpu=False, soft_limit=cpu_limit)
+    elif status == _S.REQUESTED:
         _enqueue("generation_prepare_task", generation_id, gpu=False, soft_limit=cpu_limit)
     elif status == _S.TRAINING:
         _enqueue("generation_train_task", generation_id, gpu=True, soft_limit=settings.PIPELINE_TRAIN_TIME_LIMIT_S)
@@ -618,11 +643,14 @@ def generation_train(*, generation_id: int) -> None:
 # --- Step: scoring (GPU, in chunks) -----------------------------------------------------
 
 
-def pool_solution_ids(*, config: GenerationConfig) -> list[int]:
-    """The generation's pool: scorable solutions never served as a task, capped per problem."""
+def pool_solution_ids(*, config: GenerationConfig, run_id: int | None = None) -> list[int]:
+    """The generation's pool: scorable solutions never served as a task, capped per problem;
+    with ``sample_n``, only those the run's draws became."""
     queryset = Solution.objects.filter(steps__isnull=False).exclude(
         Exists(Task.objects.filter(solution_id=OuterRef("pk")))
     )
+    if config.sample_n:
+        queryset = queryset.filter(Exists(SolutionSample.objects.filter(run_id=run_id, solution_id=OuterRef("pk"))))
     if config.problem_ids is not None:
         queryset = queryset.filter(problem__unique_id__in=config.problem_ids)
     if config.split is not None:
@@ -645,7 +673,7 @@ def score_chunks_create(*, run: GenerationRun) -> int:
         existing = ScoreChunk.objects.filter(run=run).count()
         if existing:
             return existing
-        ids = pool_solution_ids(config=GenerationConfig.from_json(run.config))
+        ids = pool_solution_ids(config=GenerationConfig.from_json(run.config), run_id=run.pk)
         size = settings.PIPELINE_SCORE_CHUNK_SIZE
         chunks = [
             ScoreChunk(run=run, first_id=part[0], last_id=part[-1], solution_ids=part)

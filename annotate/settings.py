@@ -517,6 +517,9 @@ CELERY_TASK_ROUTES.update(
     {
         "activelearn.tasks.generation_train_task": {"queue": PIPELINE_GPU_QUEUE},
         "activelearn.tasks.generation_score_chunk_task": {"queue": PIPELINE_GPU_QUEUE},
+        "activelearn.tasks.generation_sample_task": {"queue": PIPELINE_CPU_QUEUE},
+        # The pipeline sends it to PIPELINE_GPU_QUEUE instead with SAMPLING_BACKEND=local.
+        "activelearn.tasks.generation_sample_chunk_task": {"queue": PIPELINE_CPU_QUEUE},
         "activelearn.tasks.generation_prepare_task": {"queue": PIPELINE_CPU_QUEUE},
         "activelearn.tasks.generation_grade_task": {"queue": PIPELINE_CPU_QUEUE},
         "activelearn.tasks.generation_select_task": {"queue": PIPELINE_CPU_QUEUE},

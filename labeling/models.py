@@ -147,6 +147,8 @@ class Phase(models.IntegerChoices):
 
 
 class GenerationStatus(models.TextChoices):
+    # Drawing its own pool from the generator (activelearn.generations.sampling).
+    SAMPLING = "sampling", "sampling"
     REQUESTED = "requested", "requested"
     TRAINING = "training", "training"
     SCORING = "scoring", "scoring"
@@ -158,6 +160,7 @@ class GenerationStatus(models.TextChoices):
 
 
 RUNNING_GENERATION_STATUSES = [
+    GenerationStatus.SAMPLING,
     GenerationStatus.REQUESTED,
     GenerationStatus.TRAINING,
     GenerationStatus.SCORING,

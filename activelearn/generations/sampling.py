@@ -45,14 +45,15 @@ from django.db import transaction
 from django.db.models import F, Q, Sum
 from django.utils import timezone
 
-from activelearn.generations.sampler import sampling_queue
+from activelearn.generations.sampler import sampling_queue, solution_sampler
 from activelearn.grading.extraction import extract_final_answer
 from activelearn.liveness import Pulse
 from activelearn.models import GenerationRun, SampleChunk, SampleChunkStatus, SolutionSample
+from activelearn.pipeline import GenerationConfig, generation_dispatch, generation_fail, generation_transition
 from activelearn.stepgen.base import SolutionDraw, SolutionSampler, StepGenerationError
 from activelearn.stepgen.splitting import is_answer_step, split_steps
 from annotate.celery import send_after_commit
-from labeling.models import Problem, Solution, content_sha256
+from labeling.models import Generation, GenerationStatus, Problem, Solution, content_sha256
 
 logger = logging.getLogger(__name__)
 
@@ -347,3 +348,75 @@ def chunk_grade(*, chunk: SampleChunk, timeout_s: float) -> int:
 def sampled_refresh(*, run_id: int) -> None:
     total = SampleChunk.objects.filter(run_id=run_id).aggregate(total=Sum("sampled"))["total"] or 0
     GenerationRun.objects.filter(pk=run_id).update(sampled=total)
+
+
+# --- The step -------------------------------------------------------------------------
+
+
+def sampling_dispatch(*, generation_id: int) -> None:
+    """SAMPLING: freeze the problems into chunks (once) and enqueue every chunk not done;
+    → REQUESTED once none is left. Safe to repeat (the reconciler does)."""
+    run = GenerationRun.objects.select_related("generation").filter(generation_id=generation_id).first()
+    if run is None or run.generation.status != GenerationStatus.SAMPLING:
+        return
+    config = GenerationConfig.from_json(run.config)
+    problem_ids = sampling_problem_ids(problem_ids=config.problem_ids, split=config.split)
+    sample_chunks_create(run=run, problem_ids=problem_ids, n=config.sample_n)
+    chunk_ids = list(run.sample_chunks.exclude(status=SampleChunkStatus.DONE).values_list("pk", flat=True))
+    if not chunk_ids:
+        _sampling_finish(run=run)
+        return
+    with transaction.atomic():
+        GenerationRun.objects.filter(pk=run.pk).update(dispatched_at=timezone.now())
+        sample_chunks_enqueue(chunk_ids=chunk_ids)
+
+
+def sample_chunk_run(*, chunk_id: int) -> int:
+    """Sample one chunk if this call can claim it; returns the draws stored by this call."""
+    token = sample_chunk_claim(chunk_id=chunk_id)
+    if token is None:
+        return 0
+    chunk = SampleChunk.objects.select_related("run__generation").get(pk=chunk_id)
+    run = chunk.run
+    mine = SampleChunk.objects.filter(pk=chunk_id, claim_token=token, status=SampleChunkStatus.RUNNING)
+    if not Generation.objects.filter(pk=run.generation_id, status=GenerationStatus.SAMPLING).exists():
+        # Failed or moved on meanwhile: hand the chunk back for a retry to pick up.
+        mine.update(status=SampleChunkStatus.PENDING, claim_token="")
+        return 0
+    config = GenerationConfig.from_json(run.config)
+    try:
+        # The pulse covers loading a local model and every request (activelearn.liveness).
+        with Pulse(lambda: mine.update(heartbeat_at=timezone.now()) == 1) as pulse:
+            sampler = solution_sampler()
+            stored = chunk_sample(
+                chunk=chunk, token=token, sampler=sampler, n=config.sample_n,
+                generation_number=run.generation.number, pulse=pulse,
+            )  # fmt: skip
+            if stored is None:
+                logger.warning("sample chunk %s: claim lost to another worker; stopping", chunk_id)
+                return 0
+            sampled_refresh(run_id=run.pk)
+            chunk_grade(chunk=chunk, timeout_s=config.grade_timeout_s)
+    except Exception as error:
+        message = str(error) if isinstance(error, SamplingError) else f"{type(error).__name__}: {error}"
+        mine.update(status=SampleChunkStatus.FAILED, error=message[:ERROR_MAX], finished_at=timezone.now())
+        generation_fail(generation_id=run.generation_id, error=message, step=GenerationStatus.SAMPLING)
+        raise
+    if mine.update(status=SampleChunkStatus.DONE, finished_at=timezone.now()) != 1:
+        return stored
+    _sampling_finish(run=run)
+    return stored
+
+
+def _sampling_finish(*, run: GenerationRun) -> None:
+    """SAMPLING → REQUESTED once no chunk is left (then the generation trains or scores
+    as any other). Each finisher checks after its own commit, so the last one always sees
+    all done; the conditional transition lets only one of several advance."""
+    if SampleChunk.objects.filter(run_id=run.pk).exclude(status=SampleChunkStatus.DONE).exists():
+        return
+    sampled_refresh(run_id=run.pk)
+    with transaction.atomic():
+        if generation_transition(
+            generation_id=run.generation_id, from_=GenerationStatus.SAMPLING, to=GenerationStatus.REQUESTED
+        ):
+            generation_dispatch(generation_id=run.generation_id)
