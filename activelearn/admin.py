@@ -21,7 +21,14 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from activelearn.checkpoints.summary import checkpoint_evaluation_rows
-from activelearn.generations.config import INTEGER_MAX, K_MAX, GenerationConfig, GenerationConfigError, PipelineError
+from activelearn.generations.config import (
+    INTEGER_MAX,
+    K_MAX,
+    SAMPLE_N_MAX,
+    GenerationConfig,
+    GenerationConfigError,
+    PipelineError,
+)
 from activelearn.generations.pipeline import generation_close, generation_retry, generation_start
 from activelearn.generations.report import generation_notes, generation_progress, generation_summary
 from activelearn.models import PRMCheckpoint, SolutionScore
@@ -145,7 +152,9 @@ class SolutionScoreAdmin(ReadOnlyAdminMixin, FastListAdmin):
 
 
 # The GenerationConfig keys the start form gives fields of their own; the rest stay in its JSON.
-FORM_KEYS = ("k", "per_problem", "wrong_share", "split", "qc_items", "overlap_share", "retrain", "base_model")
+FORM_KEYS = (
+    "k", "per_problem", "wrong_share", "split", "sample_n", "qc_items", "overlap_share", "retrain", "base_model",
+)  # fmt: skip
 _SPLITS = [("any", "any split"), ("train", "train"), ("validation", "validation"), ("test", "test"), ("", "no split")]
 _YES_NO = [("", "default"), ("yes", "yes"), ("no", "no")]
 
@@ -182,6 +191,15 @@ class GenerationStartForm(forms.Form):
         required=False, min_value=0.0, max_value=1.0, help_text="Share of convincing wrong-answer picks."
     )
     split = forms.ChoiceField(choices=_SPLITS, required=False, initial="any", help_text="Pool: problems of this split.")
+    sample_n = forms.IntegerField(
+        label="sample N per problem",
+        required=False,
+        min_value=0,
+        max_value=SAMPLE_N_MAX,
+        help_text="Phase 2. Draw N solutions per problem (of the split and problem_ids) from the generator first "
+        "(SAMPLING_* settings, docs/operations.md) and select from those; empty or 0: off, the pool is the "
+        "solutions already imported.",
+    )
     qc_items = forms.IntegerField(
         label="QC items", required=False, min_value=0, help_text="Gold QC items added to the generation."
     )

@@ -7,7 +7,7 @@ import uuid
 from django.db import models
 from django.db.models import Q
 
-from labeling.models import GenerationStatus, Solution
+from labeling.models import GenerationStatus, Problem, Solution
 
 
 class CheckpointStatus(models.TextChoices):
@@ -154,10 +154,15 @@ class GenerationRun(models.Model):
     graded = models.PositiveIntegerField(default=0)
     grade_total = models.PositiveIntegerField(default=0)
     selected = models.PositiveIntegerField(default=0)
+    # The sampling step (activelearn.generations.sampling): draws stored / asked for.
+    sampled = models.PositiveIntegerField(default=0)
+    sample_total = models.PositiveIntegerField(default=0)
     qc_injected = models.PositiveIntegerField(default=0)
     # How the selection came out (wrong-answer picks, rest picks, shortfalls).
     selection_stats = models.JSONField(default=dict, blank=True)
     step_started_at = models.DateTimeField(null=True, blank=True)
+    sampling_started_at = models.DateTimeField(null=True, blank=True)
+    sampling_finished_at = models.DateTimeField(null=True, blank=True)
     training_started_at = models.DateTimeField(null=True, blank=True)
     training_finished_at = models.DateTimeField(null=True, blank=True)
     scoring_started_at = models.DateTimeField(null=True, blank=True)
@@ -237,3 +242,95 @@ class ScoreChunk(models.Model):
 
     def __str__(self) -> str:
         return f"chunk {self.first_id}-{self.last_id} of run {self.run_id}"
+
+
+class SampleChunkStatus(models.TextChoices):
+    PENDING = "pending", "pending"
+    RUNNING = "running", "running"
+    DONE = "done", "done"
+    FAILED = "failed", "failed"
+
+
+class SampleChunk(models.Model):
+    """A slice of a generation's problems that one worker samples (activelearn.generations.sampling).
+
+    ``problem_ids`` freezes the slice when sampling starts, so a redelivered or re-enqueued
+    chunk samples the same problems however the problem set changed since. Claims work as
+    for ``ScoreChunk``.
+    """
+
+    run = models.ForeignKey(GenerationRun, on_delete=models.CASCADE, related_name="sample_chunks")
+    ordinal = models.PositiveIntegerField()
+    problem_ids = models.JSONField(default=list)
+    status = models.CharField(max_length=10, choices=SampleChunkStatus.choices, default=SampleChunkStatus.PENDING)
+    claim_token = models.CharField(max_length=32, blank=True, default="")
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    # Draws stored for the chunk's problems.
+    sampled = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True, default="")
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["run_id", "ordinal"]
+        constraints = [
+            # Chunk creation is re-run by every dispatch of the sampling step; the same
+            # slice must not become two rows.
+            models.UniqueConstraint(fields=["run", "ordinal"], name="sample_chunk_unique_ordinal"),
+        ]
+        indexes = [
+            # The reconciler and "is sampling finished": a run's chunks that are not done.
+            models.Index(
+                fields=["run", "status"], condition=~Q(status=SampleChunkStatus.DONE), name="sample_chunk_open_idx"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"sample chunk {self.ordinal} of run {self.run_id}"
+
+
+class SolutionSample(models.Model):
+    """One draw of a generation's sampling step: what was asked, how, and the solution it became.
+
+    A draw whose steps and answer equal a solution the problem already has (from the same
+    model) points at that solution: the content is stored once, every draw is recorded.
+    """
+
+    run = models.ForeignKey(GenerationRun, on_delete=models.CASCADE, related_name="samples")
+    problem = models.ForeignKey(Problem, on_delete=models.CASCADE, related_name="+")
+    # 0..N-1 among the problem's draws in this run.
+    index = models.PositiveIntegerField()
+    # Null: the draw held no step (empty text).
+    solution = models.ForeignKey(Solution, null=True, blank=True, on_delete=models.CASCADE, related_name="samples")
+    # Provenance: the backend ("openai", "local"), the model it served, where (URL or
+    # device), the server's request id and the choice's index in that response, the seed
+    # the request carried, and the sampling parameters (temperature, top_p, max_tokens,
+    # prompt template).
+    generator = models.CharField(max_length=20)
+    model = models.CharField(max_length=200)
+    endpoint = models.CharField(max_length=500, blank=True, default="")
+    request_id = models.CharField(max_length=200, blank=True, default="")
+    choice_index = models.PositiveIntegerField(default=0)
+    seed = models.BigIntegerField(null=True, blank=True)
+    params = models.JSONField(default=dict)
+    finish_reason = models.CharField(max_length=20, blank=True, default="")
+    # The completion as the backend returned it, before splitting into steps.
+    text = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run_id", "problem_id", "index"]
+        constraints = [
+            # A draw slot is filled once: a chunk re-run after its worker was killed, or two
+            # workers racing on a stale claim, cannot add an N+1-th draw for a problem.
+            models.UniqueConstraint(fields=["run", "problem", "index"], name="solution_sample_slot_once"),
+        ]
+        indexes = [
+            # The scoring step's pool: the run's sampled solutions.
+            models.Index(fields=["run", "solution"], name="solution_sample_pool_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"draw {self.index} of problem {self.problem_id} in run {self.run_id}"

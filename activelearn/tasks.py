@@ -66,6 +66,20 @@ def evaluate_checkpoint_task(checkpoint_id: int, generation: int | None = None) 
 
 
 @task()
+def generation_sample_task(generation_id: int) -> None:
+    from activelearn.generations.sampling import sampling_dispatch
+
+    sampling_dispatch(generation_id=generation_id)
+
+
+@task()
+def generation_sample_chunk_task(chunk_id: int) -> int:
+    from activelearn.generations.sampling import sample_chunk_run
+
+    return sample_chunk_run(chunk_id=chunk_id)
+
+
+@task()
 def generation_prepare_task(generation_id: int) -> None:
     from activelearn.generations.steps import generation_prepare
 

@@ -420,6 +420,38 @@ STEPGEN_PENDING_TIMEOUT_S = envint("STEPGEN_PENDING_TIMEOUT_S", 10 * 60, minimum
 STEPGEN_CANDIDATE_STORE = envstr("STEPGEN_CANDIDATE_STORE", "labeling.work.candidates.DatabaseCandidateStore")
 # --- end of step generation ---------------------------------------------------
 
+# --- Sampling (a generation's own pool; activelearn.generations.sampling) -------
+# Asked for by a generation's sample_n (N solutions per problem, docs/operations.md
+# "Sampling"). "openai": an OpenAI-compatible /v1/completions server (vLLM, SGLang,
+# llama.cpp's server); "local": a causal LM loaded in the GPU worker; "none": off.
+SAMPLING_BACKEND = envstr("SAMPLING_BACKEND", "none")
+if SAMPLING_BACKEND not in {"openai", "local", "none"}:
+    raise ImproperlyConfigured(f"SAMPLING_BACKEND={SAMPLING_BACKEND!r} must be openai, local or none")
+SAMPLING_OPENAI_BASE_URL = envstr("SAMPLING_OPENAI_BASE_URL", "")
+SAMPLING_OPENAI_MODEL = envstr("SAMPLING_OPENAI_MODEL", "")
+SAMPLING_OPENAI_API_KEY = envstr("SAMPLING_OPENAI_API_KEY", "")
+if SAMPLING_BACKEND == "openai" and not (SAMPLING_OPENAI_BASE_URL and SAMPLING_OPENAI_MODEL):
+    raise ImproperlyConfigured("SAMPLING_BACKEND=openai needs SAMPLING_OPENAI_BASE_URL and SAMPLING_OPENAI_MODEL")
+SAMPLING_LOCAL_MODEL_DIR = envstr("SAMPLING_LOCAL_MODEL_DIR", "")  # a model directory or builtin:smollm2
+if SAMPLING_BACKEND == "local" and not SAMPLING_LOCAL_MODEL_DIR:
+    raise ImproperlyConfigured("SAMPLING_BACKEND=local needs SAMPLING_LOCAL_MODEL_DIR")
+SAMPLING_LOCAL_DEVICE = envstr("SAMPLING_LOCAL_DEVICE", "")  # "" = cuda when available
+SAMPLING_PROMPT_TEMPLATE_FILE = envstr("SAMPLING_PROMPT_TEMPLATE_FILE", "")  # "" = "{problem}\n\n{steps}"
+SAMPLING_TEMPERATURE = envfloat("SAMPLING_TEMPERATURE", 1.0, minimum=0.0, maximum=2.0)
+SAMPLING_TOP_P = envfloat("SAMPLING_TOP_P", 1.0, minimum=0.01, maximum=1.0)
+SAMPLING_MAX_TOKENS = envint("SAMPLING_MAX_TOKENS", 1024, minimum=1)
+# Unset: the server's own randomness. Set: each problem's draws are seeded from it, the
+# generation number and the problem, so a retry redraws the same texts.
+SAMPLING_SEED = envint("SAMPLING_SEED", 0) if envstr("SAMPLING_SEED", "") else None
+# Per request: a whole solution at max_tokens can take minutes on a busy server.
+SAMPLING_TIMEOUT_S = envfloat("SAMPLING_TIMEOUT_S", 300.0, minimum=0.1)
+SAMPLING_RETRIES = envint("SAMPLING_RETRIES", 3, minimum=0)
+SAMPLING_BACKOFF_S = envfloat("SAMPLING_BACKOFF_S", 1.0, minimum=0.0)
+# Requests in flight per worker (HTTP): problems are asked for concurrently so that the
+# server can batch them; the local backend samples one problem at a time.
+SAMPLING_CONCURRENCY = envint("SAMPLING_CONCURRENCY", 8, minimum=1)
+# --- end of sampling ----------------------------------------------------------
+
 # --- Generation pipeline (activelearn.generations; docs/active-learning.md) ------
 # Queues the pipeline sends its own tasks to. Explicit on every enqueue (the pipeline
 # fans out follow-up tasks itself), so tests point both at a private queue.
@@ -432,6 +464,8 @@ PIPELINE_SCORE_BATCH = envint("PIPELINE_SCORE_BATCH", 256, minimum=1)
 # problem (0: all). Scoring is a forward pass per solution; on a CPU (make run) scoring
 # every one of the demo's 12,000 pool solutions takes hours, so run-embedded.sh sets 2.
 PIPELINE_POOL_PER_PROBLEM = envint("PIPELINE_POOL_PER_PROBLEM", 0, minimum=0)
+# Problems per sampling chunk (one task on the cpu queue, gpu for the local backend).
+PIPELINE_SAMPLE_CHUNK_PROBLEMS = envint("PIPELINE_SAMPLE_CHUNK_PROBLEMS", 50, minimum=1)
 # Solutions graded per page (one heartbeat each).
 PIPELINE_GRADE_PAGE = envint("PIPELINE_GRADE_PAGE", 200, minimum=1)
 # Recovery from a dead worker (activelearn.generations.liveness, docs/operations.md "Recovery"): a
@@ -483,6 +517,9 @@ CELERY_TASK_ROUTES.update(
     {
         "activelearn.tasks.generation_train_task": {"queue": PIPELINE_GPU_QUEUE},
         "activelearn.tasks.generation_score_chunk_task": {"queue": PIPELINE_GPU_QUEUE},
+        "activelearn.tasks.generation_sample_task": {"queue": PIPELINE_CPU_QUEUE},
+        # The pipeline sends it to PIPELINE_GPU_QUEUE instead with SAMPLING_BACKEND=local.
+        "activelearn.tasks.generation_sample_chunk_task": {"queue": PIPELINE_CPU_QUEUE},
         "activelearn.tasks.generation_prepare_task": {"queue": PIPELINE_CPU_QUEUE},
         "activelearn.tasks.generation_grade_task": {"queue": PIPELINE_CPU_QUEUE},
         "activelearn.tasks.generation_select_task": {"queue": PIPELINE_CPU_QUEUE},

@@ -155,6 +155,8 @@ class Phase(models.IntegerChoices):
 
 
 class GenerationStatus(models.TextChoices):
+    # Drawing its own pool from the generator (activelearn.generations.sampling).
+    SAMPLING = "sampling", "sampling"
     REQUESTED = "requested", "requested"
     TRAINING = "training", "training"
     SCORING = "scoring", "scoring"
@@ -166,6 +168,7 @@ class GenerationStatus(models.TextChoices):
 
 
 RUNNING_GENERATION_STATUSES = [
+    GenerationStatus.SAMPLING,
     GenerationStatus.REQUESTED,
     GenerationStatus.TRAINING,
     GenerationStatus.SCORING,

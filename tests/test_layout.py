@@ -132,9 +132,14 @@ ROOMS = [
     # selectors, and the workers' pulse, which checkpoint training and the
     # generation steps both beat (it imports nothing of ours).
     ["activelearn.prm", "activelearn.grading", "activelearn.selection", "activelearn.generations.liveness"],
+    # The plain generators, which phase 1 and a generation's sampling step both use.
+    ["activelearn.stepgen.base"],
+    ["activelearn.stepgen.builtin", "activelearn.stepgen.openai_http"],
+    ["activelearn.stepgen.local_lm"],
     ["activelearn.simulation", "activelearn.checkpoints"],
     ["activelearn.generations"],
-    # Phase 1 opens its generation with the pipeline's bounds and errors.
+    # Phase 1 opens its generation with the pipeline's bounds and errors; the worker side
+    # of step generation (service) beside it.
     ["activelearn.stepgen"],
     ["activelearn.dashboard", "activelearn.demo"],
     ["activelearn.admin", "activelearn.tasks", "activelearn.apps", "activelearn.management"],

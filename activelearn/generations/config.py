@@ -20,6 +20,7 @@ INTEGER_MAX = 2**31 - 1
 K_MAX = 1_000_000
 SCORE_BATCH_MAX = 4096
 GRADE_TIMEOUT_MAX_S = 3600.0
+SAMPLE_N_MAX = 1000
 
 
 class PipelineError(ValueError):
@@ -57,6 +58,9 @@ class GenerationConfig:
     split: str | None = None
     # None: every never-served solution; the default is settings.PIPELINE_POOL_PER_PROBLEM.
     per_problem_cap: int | None = field(default_factory=lambda: settings.PIPELINE_POOL_PER_PROBLEM or None)
+    # Sample N solutions per problem from the generator first (SAMPLING_* settings), and
+    # make the pool those; 0 = off, the pool is the solutions already stored.
+    sample_n: int = 0
     # Gold QC items added to the generation's QC pool (labeling.quality.gold); 0 = none.
     qc_items: int = 0
     # Share of new tasks labeled twice (labeling.quality.control.overlap_labelers_needed);
@@ -122,6 +126,7 @@ class GenerationConfig:
             or (integer(self.per_problem_cap) and 1 <= self.per_problem_cap <= INTEGER_MAX),
             f"per_problem_cap must be an integer in [1, {INTEGER_MAX}]",
         )
+        need(integer(self.sample_n) and 0 <= self.sample_n <= SAMPLE_N_MAX, f"sample_n must lie in [0, {SAMPLE_N_MAX}]")
         need(
             integer(self.qc_items) and 0 <= self.qc_items <= settings.QC_ITEMS_MAX,
             f"qc_items must lie in [0, QC_ITEMS_MAX={settings.QC_ITEMS_MAX}]",

@@ -39,7 +39,9 @@ def generation_dispatch(*, generation_id: int) -> None:
     status = Generation.objects.filter(pk=generation_id).values_list("status", flat=True).first()
     cpu_limit = settings.PIPELINE_CPU_TIME_LIMIT_S
     GenerationRun.objects.filter(generation_id=generation_id).update(dispatched_at=timezone.now())
-    if status == _S.REQUESTED:
+    if status == _S.SAMPLING:
+        _enqueue("generation_sample_task", generation_id, gpu=False, soft_limit=cpu_limit)
+    elif status == _S.REQUESTED:
         _enqueue("generation_prepare_task", generation_id, gpu=False, soft_limit=cpu_limit)
     elif status == _S.TRAINING:
         _enqueue("generation_train_task", generation_id, gpu=True, soft_limit=settings.PIPELINE_TRAIN_TIME_LIMIT_S)

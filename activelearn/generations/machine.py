@@ -27,17 +27,19 @@ _S = GenerationStatus
 
 # Which statuses may follow which. FAILED → a running step is a retry.
 ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
+    _S.SAMPLING: frozenset({_S.REQUESTED, _S.FAILED}),
     _S.REQUESTED: frozenset({_S.TRAINING, _S.SCORING, _S.FAILED}),
     _S.TRAINING: frozenset({_S.SCORING, _S.FAILED}),
     _S.SCORING: frozenset({_S.GRADING, _S.FAILED}),
     _S.GRADING: frozenset({_S.SELECTING, _S.FAILED}),
     _S.SELECTING: frozenset({_S.OPEN, _S.FAILED}),
     _S.OPEN: frozenset({_S.CLOSED}),
-    _S.FAILED: frozenset({_S.REQUESTED, _S.TRAINING, _S.SCORING, _S.GRADING, _S.SELECTING, _S.CLOSED}),
+    _S.FAILED: frozenset({_S.SAMPLING, _S.REQUESTED, _S.TRAINING, _S.SCORING, _S.GRADING, _S.SELECTING, _S.CLOSED}),
     _S.CLOSED: frozenset(),
 }
 # The run's started/finished timestamp fields per timed step.
 _STEP_TIMES: dict[str, tuple[str, str]] = {
+    _S.SAMPLING: ("sampling_started_at", "sampling_finished_at"),
     _S.TRAINING: ("training_started_at", "training_finished_at"),
     _S.SCORING: ("scoring_started_at", "scoring_finished_at"),
     _S.GRADING: ("grading_started_at", "grading_finished_at"),

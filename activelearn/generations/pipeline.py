@@ -1,7 +1,7 @@
 """Services: a generation as a durable state machine, and the steps that move it.
 
-    requested ─▶ training ─▶ scoring ─▶ grading ─▶ selecting ─▶ open ─▶ closed
-        └──────(reuse a checkpoint)──▶┘
+    (sampling ─▶) requested ─▶ training ─▶ scoring ─▶ grading ─▶ selecting ─▶ open ─▶ closed
+                      └──────(reuse a checkpoint)──▶┘
     any running step ─▶ failed (with the error) ─▶ retry resumes that step
 
 ``Generation.status`` is the source of truth; it changes only in
@@ -13,6 +13,8 @@ checkpoint and the claims.
 Every step is idempotent, so a redelivered task, a re-enqueue by the reconciler or a
 retry changes nothing already done:
 
+* sampling (with ``sample_n``): the generation's own pool, drawn from the generator in
+  claimed chunks (``sampling``);
 * prepare: the checkpoint row is created once (under a row lock on the run);
 * training: ``checkpoint_run`` resumes from the last saved optimizer step, and a claim
   on the checkpoint's heartbeat keeps a second worker from training it at the same time;
@@ -55,7 +57,7 @@ from activelearn.generations.config import (
 from activelearn.generations.dispatch import generation_dispatch
 from activelearn.generations.machine import RUNNING, generation_transition
 from activelearn.generations.steps import reused_checkpoint
-from activelearn.models import GenerationRun, ScoreChunk, ScoreChunkStatus
+from activelearn.models import GenerationRun, SampleChunk, SampleChunkStatus, ScoreChunk, ScoreChunkStatus
 from labeling.models import Generation, GenerationStatus, Phase
 
 _S = GenerationStatus
@@ -89,24 +91,31 @@ def generation_start(
             raise GenerationConfigError(str(error)) from None
     else:
         reused_checkpoint(resolved)  # fail now, not in a worker
+    if resolved.sample_n:
+        from activelearn.generations.sampler import sampling_problem
+
+        if (problem := sampling_problem()) is not None:
+            raise GenerationConfigError(problem)
     running = Generation.objects.filter(phase=Phase.TWO, status__in=RUNNING).first()
     if running is not None:
         raise GenerationRunningError(f"{running} is running ({running.status})")
     now = timezone.now()
+    first = _S.SAMPLING if resolved.sample_n else _S.REQUESTED
     try:
         with transaction.atomic():
             generation = Generation.objects.create(
                 number=_next_number() if number is None else number,
                 phase=Phase.TWO,
-                status=_S.REQUESTED,
+                status=first,
                 config=resolved.to_json(),
                 started_at=now,
             )
             GenerationRun.objects.create(
                 generation=generation,
                 config=resolved.to_json(),
-                step=_S.REQUESTED,
+                step=first,
                 step_started_at=now,
+                sampling_started_at=now if resolved.sample_n else None,
                 dispatched_at=now,
             )
             generation_dispatch(generation_id=generation.pk)
@@ -127,9 +136,12 @@ def generation_retry(*, generation_id: int) -> Generation:
     with transaction.atomic():
         if not generation_transition(generation_id=generation_id, from_=_S.FAILED, to=step):
             raise GenerationStateError(f"{generation} changed status meanwhile")
-        # Failed chunks are scored again; a chunk that kept dying gets its attempts back.
+        # Failed chunks are sampled or scored again; a chunk that kept dying gets its attempts back.
         ScoreChunk.objects.filter(run=generation.run).exclude(status=ScoreChunkStatus.DONE).update(
             status=ScoreChunkStatus.PENDING, claim_token="", error="", heartbeat_at=None, attempts=0
+        )
+        SampleChunk.objects.filter(run=generation.run).exclude(status=SampleChunkStatus.DONE).update(
+            status=SampleChunkStatus.PENDING, claim_token="", error="", heartbeat_at=None, attempts=0
         )
         GenerationRun.objects.filter(pk=generation.run.pk).update(retries=F("retries") + 1)
         generation_dispatch(generation_id=generation_id)

@@ -9,16 +9,19 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 
 from activelearn.generations.config import GenerationConfig
-from activelearn.models import GenerationRun, ScoreChunk
+from activelearn.models import GenerationRun, ScoreChunk, SolutionSample
 from labeling.models import Solution, Task
 
 # Ids per query when reading the pool back (SQLite allows 32,766 bound parameters).
 ID_PAGE = 5000
 
 
-def pool_solution_ids(*, config: GenerationConfig) -> list[int]:
-    """The generation's pool: scorable solutions never served as a task, capped per problem."""
+def pool_solution_ids(*, config: GenerationConfig, run_id: int | None = None) -> list[int]:
+    """The generation's pool: scorable solutions never served as a task, capped per problem;
+    with ``sample_n``, only those the run's draws became."""
     queryset = Solution.objects.with_steps().exclude(Exists(Task.objects.filter(solution_id=OuterRef("pk"))))
+    if config.sample_n:
+        queryset = queryset.filter(Exists(SolutionSample.objects.filter(run_id=run_id, solution_id=OuterRef("pk"))))
     if config.problem_ids is not None:
         queryset = queryset.filter(problem__unique_id__in=config.problem_ids)
     if config.split is not None:
@@ -41,7 +44,7 @@ def score_chunks_create(*, run: GenerationRun) -> int:
         existing = ScoreChunk.objects.filter(run=run).count()
         if existing:
             return existing
-        ids = pool_solution_ids(config=GenerationConfig.from_json(run.config))
+        ids = pool_solution_ids(config=GenerationConfig.from_json(run.config), run_id=run.pk)
         size = settings.PIPELINE_SCORE_CHUNK_SIZE
         chunks = [
             ScoreChunk(run=run, first_id=part[0], last_id=part[-1], solution_ids=part)

@@ -11,9 +11,9 @@ broker never does; so the reconciler is what resumes a step:
   checkpoint is READY/FAILED while the generation still says TRAINING (the worker died
   between the two writes) → dispatch the training task; it claims the stale checkpoint
   and ``checkpoint_run`` resumes from the last saved optimizer step.
-* SCORING: a RUNNING chunk with a stale heartbeat → re-enqueue it (it is claimable);
-  PENDING chunks are re-enqueued only when the whole step is stalled (their messages
-  were lost), since waiting in a busy queue is normal.
+* SCORING and SAMPLING: a RUNNING chunk with a stale heartbeat → re-enqueue it (it is
+  claimable); PENDING chunks are re-enqueued only when the whole step is stalled (their
+  messages were lost), since waiting in a busy queue is normal.
 
 Every re-enqueue is rate-limited to once per stale interval (``dispatched_at``,
 ``ScoreChunk.enqueued_at``), and a step or chunk that has been claimed
@@ -36,7 +36,8 @@ from django.utils import timezone
 
 from activelearn.generations.dispatch import generation_dispatch, score_chunks_enqueue
 from activelearn.generations.machine import RUNNING, generation_fail
-from activelearn.models import CheckpointStatus, GenerationRun, ScoreChunk, ScoreChunkStatus
+from activelearn.generations.sampling import sample_chunks_enqueue
+from activelearn.models import CheckpointStatus, GenerationRun, SampleChunk, ScoreChunk, ScoreChunkStatus
 from labeling.models import Generation, GenerationStatus, Phase
 
 logger = logging.getLogger(__name__)
@@ -68,8 +69,8 @@ def pipeline_reconcile(*, now: datetime | None = None) -> ReconcileReport:
     )
     for run in runs:
         status = run.generation.status
-        if status == GenerationStatus.SCORING:
-            _reconcile_scoring(run=run, before=before, report=report)
+        if status in (GenerationStatus.SCORING, GenerationStatus.SAMPLING):
+            _reconcile_chunks(run=run, step=status, before=before, report=report)
             continue
         if status == GenerationStatus.TRAINING and run.checkpoint is not None:
             finished = run.checkpoint.status in (CheckpointStatus.READY, CheckpointStatus.FAILED)
@@ -133,9 +134,13 @@ def _reconcile_in_thread(when: str) -> None:
         connection.close()  # this thread's own
 
 
-def _reconcile_scoring(*, run: GenerationRun, before: datetime, report: ReconcileReport) -> None:
-    chunks = list(
-        ScoreChunk.objects.filter(run=run)
+def _reconcile_chunks(*, run: GenerationRun, step: str, before: datetime, report: ReconcileReport) -> None:
+    # The two chunked steps share the claim columns and ScoreChunkStatus's values.
+    sampling = step == GenerationStatus.SAMPLING
+    model: type[ScoreChunk] | type[SampleChunk] = SampleChunk if sampling else ScoreChunk
+    enqueue = sample_chunks_enqueue if sampling else score_chunks_enqueue
+    chunks: list[ScoreChunk | SampleChunk] = list(
+        model.objects.filter(run=run)
         .exclude(status=ScoreChunkStatus.DONE)
         .only("pk", "status", "heartbeat_at", "enqueued_at", "attempts")
     )
@@ -154,16 +159,16 @@ def _reconcile_scoring(*, run: GenerationRun, before: datetime, report: Reconcil
     ]
     worn = [c for c in dead if c.attempts >= settings.PIPELINE_MAX_ATTEMPTS]
     if worn:
-        _give_up(run=run, what=f"scoring chunk {worn[0].pk}", attempts=worn[0].attempts, report=report)
+        _give_up(run=run, what=f"{step} chunk {worn[0].pk}", attempts=worn[0].attempts, report=report)
         return
     requeue = [c.pk for c in dead]
-    progress = ScoreChunk.objects.filter(run=run).aggregate(heartbeat=Max("heartbeat_at"), enqueued=Max("enqueued_at"))
+    progress = model.objects.filter(run=run).aggregate(heartbeat=Max("heartbeat_at"), enqueued=Max("enqueued_at"))
     if _stale(_latest(progress["heartbeat"], progress["enqueued"], run.dispatched_at), before):
         requeue += [c.pk for c in chunks if c.status == ScoreChunkStatus.PENDING]
     if requeue:
-        logger.warning("%s: re-enqueueing scoring chunks %s", run.generation, requeue)
+        logger.warning("%s: re-enqueueing %s chunks %s", run.generation, step, requeue)
         with transaction.atomic():
-            score_chunks_enqueue(chunk_ids=requeue)
+            enqueue(chunk_ids=requeue)
         report.chunks_requeued.extend(requeue)
 
 

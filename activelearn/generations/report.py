@@ -35,8 +35,9 @@ def generation_progress(*, generation: Generation, run: GenerationRun | None) ->
         return ""
     status = generation.status
     step = status if status in (_S.OPEN, _S.CLOSED, _S.FAILED) else run.step or "-"
+    sampled = f"sampled {run.sampled}/{run.sample_total}, " if run.sample_total else ""
     line = (
-        f"step {step}; scored {run.scored}/{run.score_total}, graded {run.graded}/{run.grade_total}, "
+        f"step {step}; {sampled}scored {run.scored}/{run.score_total}, graded {run.graded}/{run.grade_total}, "
         f"selected {run.selected}, QC {run.qc_injected}"
     )
     finished = run.selecting_finished_at if status in (_S.OPEN, _S.CLOSED) else None

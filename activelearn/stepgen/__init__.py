@@ -1,6 +1,6 @@
 """Step generation: K candidate next steps for a partial solution (phase 1 of the protocol).
 
-Plain Python (stdlib HTTP, torch/transformers for the local backend); nothing here imports
+Plain Python (httpx, torch/transformers for the local backend); nothing here imports
 Django, so a backend runs the same in a Celery worker, a script or a test. The Django
 side is ``activelearn.stepgen.service`` (settings, generating in a worker) and the candidate
 store ``labeling.work.candidates``.

@@ -125,6 +125,40 @@ class StepGenerator(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class SolutionDraw:
+    """One whole solution as a backend returned it, with what identifies the draw."""
+
+    text: str
+    # "stop": the model ended it (end of sequence or a stop string); "length": cut at
+    # max_tokens; another word if the server says something else.
+    finish_reason: str
+    # The server's response id (OpenAI-compatible "id"), or one made up locally.
+    request_id: str
+    choice_index: int
+    seed: int | None
+
+
+class SolutionSampler(Protocol):
+    """Samples whole solutions (the prompt of the problem alone); blocking, call from a worker."""
+
+    name: str
+    params: SamplingParams
+    prompt_template: PromptTemplate
+
+    @property
+    def model_name(self) -> str: ...
+
+    @property
+    def endpoint(self) -> str:
+        """Where the draws come from, for messages and provenance: a URL, or a local model and device."""
+        ...
+
+    def sample_solutions(self, *, problem: str, n: int, seed: int | None) -> list[SolutionDraw]:
+        """Exactly ``n`` draws for ``problem``; ``seed`` seeds the first of them (None: unseeded)."""
+        ...
+
+
 @dataclass
 class SampleOutcome:
     """One sample after splitting: its step, or why it has none."""

@@ -12,6 +12,7 @@ does not end it empty.
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from activelearn.stepgen.base import (
     SampleOutcome,
     SamplingParams,
     SamplingRecord,
+    SolutionDraw,
     StepCandidates,
     StepGenerationError,
     collect_candidates,
@@ -235,6 +237,46 @@ class LocalLMGenerator:
             extra={"device": str(self.device), "dtype": str(self.model.dtype).removeprefix("torch.")},
         )
         return collect_candidates(outcomes, sampling=sampling, samples=len(outcomes))
+
+    @property
+    def endpoint(self) -> str:
+        return f"local model {self.model_name} on {self.device}"
+
+    def sample_solutions(self, *, problem: str, n: int, seed: int | None) -> list[SolutionDraw]:
+        """``n`` whole solutions in one ``generate`` call: each runs to end of sequence or max_tokens."""
+        prompt = self.prompt_template.render(problem=problem, steps=[])
+        encoded = self.tokenizer(prompt, return_tensors="pt").to(self.device)
+        prompt_length = int(encoded["input_ids"].shape[1])
+        greedy = self.params.temperature == 0.0
+        sampling_kwargs: dict[str, Any] = (
+            {"do_sample": False}
+            if greedy
+            else {"do_sample": True, "temperature": self.params.temperature, "top_p": self.params.top_p, "top_k": 0}
+        )
+        with _seeded(seed, self.device), _cpu_one_thread(self.device), torch.inference_mode():
+            output = self.model.generate(  # type: ignore[operator]
+                **encoded,
+                max_new_tokens=self.params.max_tokens,
+                num_return_sequences=n,
+                pad_token_id=self._pad_token_id,
+                **sampling_kwargs,
+            )
+        eos_ids = self._eos_ids()
+        # One local "request": the id ties the n draws of this call together, as a server's would.
+        request_id = f"local-{uuid.uuid4().hex}"
+        draws = []
+        for index, row in enumerate(output[:, prompt_length:].tolist()):
+            ended = any(token in eos_ids for token in row)
+            draws.append(
+                SolutionDraw(
+                    text=str(self.tokenizer.decode(row, skip_special_tokens=True)),
+                    finish_reason="stop" if ended else "length",
+                    request_id=request_id,
+                    choice_index=index,
+                    seed=seed,
+                )
+            )
+        return draws
 
     def _eos_ids(self) -> set[int]:
         configured = self.model.generation_config.eos_token_id

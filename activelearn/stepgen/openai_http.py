@@ -1,4 +1,5 @@
-"""Candidates from an OpenAI-compatible ``/v1/completions`` endpoint (vLLM, TGI, llama.cpp...).
+"""Candidates and whole solutions from an OpenAI-compatible ``/v1/completions`` endpoint
+(vLLM, SGLang, TGI, llama.cpp's server...).
 
 One request asks for ``n=K`` samples with ``stop=["\\n"]``, so the server stops each
 sample at the end of its line. A sample that stopped before holding a whole step (a
@@ -6,15 +7,22 @@ blank line before ``# Answer``, or the bare marker, see ``splitting``) is contin
 with the text so far appended to the prompt, for at most ``max_followups`` rounds;
 samples sharing the same text so far go in one request with ``n`` = their count.
 
-Transport is ``http.client`` (no proxy, no extra dependency). Connection errors,
-timeouts, 5xx, 408 and 429 are retried with exponential backoff; any other 4xx is a
-configuration error and is raised at once. ``timeout_s`` bounds each socket operation,
-so one attempt waits at most about that long for a silent server.
+``sample_solutions`` asks for whole solutions: the same prompt with no steps yet, no
+stop string, so each sample runs to the model's end of sequence or ``max_tokens``. A
+server that returns fewer choices than ``n`` (llama.cpp's serves one per request) is
+asked again for the rest, the seed moved on by the number already drawn.
+
+The transport is one ``httpx.Client`` per generator (kept-alive connections, safe to
+share between threads; proxy variables of the environment are ignored: the server is
+named by its URL). The retry policy is ours, so every failure reads the same whatever
+the server: connection errors, timeouts, 5xx, 408 and 429 are retried with exponential
+backoff; any other 4xx is a configuration error and is raised at once. ``timeout_s``
+bounds each socket operation (connect, write, each read), so one attempt waits at most
+about that long for a silent server.
 """
 
 from __future__ import annotations
 
-import http.client
 import json
 import time
 from collections import Counter
@@ -22,11 +30,14 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
+
 from activelearn.stepgen.base import (
     PromptTemplate,
     SampleOutcome,
     SamplingParams,
     SamplingRecord,
+    SolutionDraw,
     StepCandidates,
     StepGenerationError,
     collect_candidates,
@@ -61,18 +72,46 @@ class OpenAICompletionsGenerator:
         if timeout_s <= 0 or retries < 0 or backoff_s < 0:
             raise ValueError("timeout_s must be positive, retries and backoff_s not negative")
         path = parts.path if parts.path.endswith("/v1") else f"{parts.path}/v1"
-        self._scheme = parts.scheme
-        self._host = parts.hostname
-        self._port = parts.port
-        self._path = f"{path}/completions"
-        self.url = f"{parts.scheme}://{parts.netloc}{self._path}"
+        self.url = f"{parts.scheme}://{parts.netloc}{path}/completions"
         self.model = model
-        self._api_key = api_key
         self.params = params or SamplingParams()
         self.prompt_template = prompt_template or PromptTemplate()
         self.timeout_s = timeout_s
         self.retries = retries
         self.backoff_s = backoff_s
+        headers = {"Accept": "application/json"}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        self._client = httpx.Client(headers=headers, timeout=timeout_s, trust_env=False)
+
+    @property
+    def model_name(self) -> str:
+        return self.model
+
+    @property
+    def endpoint(self) -> str:
+        return self.url
+
+    def sample_solutions(self, *, problem: str, n: int, seed: int | None) -> list[SolutionDraw]:
+        prompt = self.prompt_template.render(problem=problem, steps=[])
+        draws: list[SolutionDraw] = []
+        while len(draws) < n:
+            request_seed = None if seed is None else seed + len(draws)
+            request_id, choices = self._complete(prompt, n=n - len(draws), seed=request_seed, stop=())
+            if not choices:
+                raise StepGenerationError(f"POST {self.url} returned no choices for n={n - len(draws)}")
+            for index, choice in enumerate(choices[: n - len(draws)]):
+                finish = choice.get("finish_reason")
+                draws.append(
+                    SolutionDraw(
+                        text=choice["text"],
+                        finish_reason=finish if isinstance(finish, str) else "",
+                        request_id=request_id,
+                        choice_index=index,
+                        seed=request_seed,
+                    )
+                )
+        return draws
 
     def generate(self, *, problem: str, steps: Sequence[str], seed: int | None = None) -> StepCandidates:
         seed = self.params.seed if seed is None else seed
@@ -86,7 +125,7 @@ class OpenAICompletionsGenerator:
                 break
             unfinished: Counter[str] = Counter()
             for so_far, count in pending.items():
-                choices = self._complete(prompt + so_far, n=count, seed=seed)
+                _, choices = self._complete(prompt + so_far, n=count, seed=seed, stop=STOP)
                 requests += 1
                 for choice in choices:
                     outcome, text = self._outcome(so_far, choice)
@@ -123,7 +162,10 @@ class OpenAICompletionsGenerator:
         step = first_step(text)
         return (SampleOutcome(step, ended=False) if step.complete else None), text
 
-    def _complete(self, prompt: str, *, n: int, seed: int | None) -> list[dict[str, Any]]:
+    def _complete(
+        self, prompt: str, *, n: int, seed: int | None, stop: Sequence[str]
+    ) -> tuple[str, list[dict[str, Any]]]:
+        """The response's id and its choices in index order."""
         payload: dict[str, Any] = {
             "model": self.model,
             "prompt": prompt,
@@ -131,8 +173,9 @@ class OpenAICompletionsGenerator:
             "max_tokens": self.params.max_tokens,
             "temperature": self.params.temperature,
             "top_p": self.params.top_p,
-            "stop": list(STOP),
         }
+        if stop:
+            payload["stop"] = list(stop)
         if seed is not None:
             payload["seed"] = seed
         response = self._post(payload)
@@ -144,23 +187,25 @@ class OpenAICompletionsGenerator:
                 f"POST {self.url} returned no usable 'choices' (a list of objects with a 'text' string): "
                 f"{json.dumps(response)[:_BODY_SNIPPET]}"
             )
-        return sorted(choices, key=lambda c: c.get("index", 0) if isinstance(c.get("index"), int) else 0)
+        request_id = response.get("id")
+        ordered = sorted(choices, key=lambda c: c.get("index", 0) if isinstance(c.get("index"), int) else 0)
+        return (request_id if isinstance(request_id, str) else ""), ordered
 
     def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
-        body = json.dumps(payload).encode("utf-8")
         attempts = self.retries + 1
         failure = ""
         for attempt in range(1, attempts + 1):
             if attempt > 1:
                 time.sleep(self.backoff_s * 2 ** (attempt - 2))
             try:
-                status, raw = self._send(body)
-            except TimeoutError:
+                response = self._client.post(self.url, json=payload)
+            except httpx.TimeoutException:
                 failure = f"timed out after {self.timeout_s:g}s"
                 continue
-            except (OSError, http.client.HTTPException) as exc:
-                failure = f"connection failed: {exc.__class__.__name__}: {exc}"
+            except httpx.TransportError as exc:
+                failure = f"connection failed: {_root_cause(exc)}"
                 continue
+            status, raw = response.status_code, response.content
             snippet = raw[:_BODY_SNIPPET].decode("utf-8", "replace")
             if status >= 500 or status in _RETRYABLE_4XX:
                 failure = f"HTTP {status}: {snippet}"
@@ -176,15 +221,10 @@ class OpenAICompletionsGenerator:
             return data
         raise StepGenerationError(f"POST {self.url} failed after {attempts} attempt(s); last: {failure}")
 
-    def _send(self, body: bytes) -> tuple[int, bytes]:
-        connection_class = http.client.HTTPSConnection if self._scheme == "https" else http.client.HTTPConnection
-        connection = connection_class(self._host, self._port, timeout=self.timeout_s)
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        try:
-            connection.request("POST", self._path, body=body, headers=headers)
-            response = connection.getresponse()
-            return response.status, response.read()
-        finally:
-            connection.close()
+
+def _root_cause(error: BaseException) -> str:
+    """The innermost error under httpx's wrappers ("ConnectionRefusedError: [Errno 111] ..."),
+    which says what went wrong more plainly than the wrapper's class."""
+    while (inner := error.__cause__ or error.__context__) is not None:
+        error = inner
+    return f"{type(error).__name__}: {error}"

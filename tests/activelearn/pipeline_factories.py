@@ -8,8 +8,8 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from activelearn.generations import steps
-from activelearn.models import ScoreChunkStatus
+from activelearn.generations import sampling, steps
+from activelearn.models import SampleChunkStatus, ScoreChunkStatus
 from annotate import celery
 from labeling.models import Generation, GenerationStatus, Problem, Solution, content_sha256, text_sha256
 
@@ -60,7 +60,11 @@ def drive(generation: Generation, *, limit: int = 20) -> Generation:
     for _ in range(limit):
         generation.refresh_from_db()
         status = generation.status
-        if status == GenerationStatus.REQUESTED:
+        if status == GenerationStatus.SAMPLING:
+            sampling.sampling_dispatch(generation_id=generation.pk)
+            for sample_chunk in generation.run.sample_chunks.exclude(status=SampleChunkStatus.DONE):
+                sampling.sample_chunk_run(chunk_id=sample_chunk.pk)
+        elif status == GenerationStatus.REQUESTED:
             steps.generation_prepare(generation_id=generation.pk)
         elif status == GenerationStatus.TRAINING:
             steps.generation_train(generation_id=generation.pk)

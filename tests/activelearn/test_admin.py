@@ -289,3 +289,30 @@ def test_an_open_generation_says_what_it_trained_graded_and_picked(staff: Client
     assert "Selected 3: 2 with a wrong answer" in page
     listing = staff.get(reverse("admin:activelearn_prmcheckpoint_changelist")).content.decode()
     assert '<td class="field-trained_through">1</td>' in listing
+
+
+def test_sample_n_per_problem_is_a_field_that_starts_the_generation_by_sampling(
+    staff: Client, settings, django_capture_on_commit_callbacks
+) -> None:
+    settings.SAMPLING_BACKEND = "openai"
+    settings.SAMPLING_OPENAI_BASE_URL = "http://127.0.0.1:9"
+    settings.SAMPLING_OPENAI_MODEL = "math-gen"
+    assert 'name="sample_n"' in staff.get(reverse(START)).content.decode()
+
+    with django_capture_on_commit_callbacks(execute=False):
+        response = staff.post(reverse(START), {"phase": "2", "sample_n": "4", "base_model": "tiny:bert"})
+
+    assert response.status_code == 302
+    generation = Generation.objects.get()
+    assert generation.status == GenerationStatus.SAMPLING
+    assert GenerationRun.objects.get(generation=generation).config["sample_n"] == 4
+
+
+def test_sample_n_without_a_configured_generator_is_a_form_error(staff: Client, settings) -> None:
+    settings.SAMPLING_BACKEND = "none"
+
+    response = staff.post(reverse(START), {"phase": "2", "sample_n": "4", "base_model": "tiny:bert"})
+
+    assert response.status_code == 200
+    assert "sample_n needs a generator: set SAMPLING_BACKEND=openai" in response.content.decode()
+    assert not Generation.objects.exists()

@@ -40,6 +40,8 @@ def test_the_tasks_are_routed_to_their_queues(settings):
         "activelearn.tasks.evaluate_checkpoint_task": "cpu",
         "activelearn.tasks.generation_train_task": "gpu",
         "activelearn.tasks.generation_score_chunk_task": "gpu",
+        "activelearn.tasks.generation_sample_task": "cpu",
+        "activelearn.tasks.generation_sample_chunk_task": "cpu",
         "activelearn.tasks.generation_prepare_task": "cpu",
         "activelearn.tasks.generation_grade_task": "cpu",
         "activelearn.tasks.generation_select_task": "cpu",

@@ -43,6 +43,8 @@ class ServerState:
     documents: list[str]
     script: list[Fail | Sleep | RawBody] = field(default_factory=list)
     report_stop_reason: bool = True
+    # At most this many choices per response, whatever ``n`` asks (llama.cpp's server: 1).
+    max_choices: int | None = None
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -53,7 +55,8 @@ def complete(state: ServerState, payload: dict[str, Any]) -> dict[str, Any]:
     stops = payload.get("stop") or []
     continuations = [doc[len(prompt) :] for doc in state.documents if doc.startswith(prompt)] or [LOST]
     choices = []
-    for index in range(payload.get("n", 1)):
+    wanted = payload.get("n", 1)
+    for index in range(wanted if state.max_choices is None else min(wanted, state.max_choices)):
         text = continuations[index % len(continuations)]
         finish, stop_reason = "stop", None  # the document ends: end of sequence
         hits = [(text.index(stop), stop) for stop in stops if stop in text]

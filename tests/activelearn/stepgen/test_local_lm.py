@@ -119,3 +119,21 @@ def test_an_unreadable_model_file_is_a_step_generation_error_naming_the_model(mo
 
     with pytest.raises(StepGenerationError, match="could not load the step generator builtin:smollm2"):
         LocalLMGenerator.load(builtin.BUILTIN_SMOLLM2, device="cpu")
+
+
+def test_it_samples_whole_solutions_that_run_past_the_first_line(local):
+    draws = local.sample_solutions(problem=PROBLEM, n=3, seed=5)
+
+    assert [d.choice_index for d in draws] == [0, 1, 2]
+    assert len({d.request_id for d in draws}) == 1 and draws[0].request_id.startswith("local-")
+    assert {d.seed for d in draws} == {5}
+    assert all(d.finish_reason in ("stop", "length") for d in draws)
+    # Nothing stops a draw at its first newline: with this vocabulary some draw holds several lines.
+    assert any(d.text.strip().count("\n") >= 1 for d in draws)
+
+
+def test_the_same_seed_draws_the_same_solutions(local):
+    first = local.sample_solutions(problem=PROBLEM, n=2, seed=9)
+    again = local.sample_solutions(problem=PROBLEM, n=2, seed=9)
+
+    assert [d.text for d in first] == [d.text for d in again]

@@ -201,3 +201,36 @@ def test_a_custom_prompt_template_shapes_the_prompt():
 def test_it_rejects_a_bad_configuration(base_url, model, message):
     with pytest.raises(ValueError, match=message):
         OpenAICompletionsGenerator(base_url=base_url, model=model)
+
+
+def test_it_samples_whole_solutions_without_a_stop_string():
+    state = ServerState(DOCUMENTS)
+    with completions_server(state) as url:
+        draws = generator(url, params=SamplingParams(max_tokens=64, seed=7)).sample_solutions(
+            problem=PROBLEM, n=3, seed=7
+        )
+
+    [request] = state.requests
+    assert "stop" not in request
+    assert (request["prompt"], request["n"], request["seed"]) == (f"{PROBLEM}\n\n", 3, 7)
+    assert [d.text for d in draws] == [doc[len(PROBLEM) + 2 :] for doc in DOCUMENTS]
+    assert [(d.request_id, d.choice_index, d.seed, d.finish_reason) for d in draws] == [
+        ("cmpl-test", 0, 7, "stop"), ("cmpl-test", 1, 7, "stop"), ("cmpl-test", 2, 7, "stop"),
+    ]  # fmt: skip
+
+
+def test_a_server_answering_one_choice_per_request_is_asked_again_with_the_seed_moved_on():
+    state = ServerState(DOCUMENTS, max_choices=1)
+    with completions_server(state) as url:
+        draws = generator(url).sample_solutions(problem=PROBLEM, n=3, seed=10)
+
+    assert [(r["n"], r["seed"]) for r in state.requests] == [(3, 10), (2, 11), (1, 12)]
+    assert [d.seed for d in draws] == [10, 11, 12]
+
+
+def test_a_server_answering_no_choices_is_a_clear_error():
+    state = ServerState(DOCUMENTS, max_choices=0)
+    with completions_server(state) as url, pytest.raises(StepGenerationError) as error:
+        generator(url).sample_solutions(problem=PROBLEM, n=2, seed=None)
+
+    assert str(error.value) == f"POST {url}/v1/completions returned no choices for n=2"
