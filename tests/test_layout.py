@@ -127,7 +127,7 @@ ROOMS = [
     ["labeling.labelers", "labeling.data", "labeling.migrations"],
     ["labeling.quality"],
     ["labeling.work"],
-    ["labeling.web", "labeling.staff", "labeling.api", "labeling.management"],
+    ["labeling.web", "labeling.staff", "labeling.api", "labeling.management", "labeling.checks"],
     # The template tags place what web/ builds (web/panel.py) in the templates.
     ["labeling.admin", "labeling.tasks", "labeling.urls", "labeling.apps", "labeling.templatetags"],
 ]
