@@ -198,6 +198,7 @@ RAW_SQL_ALLOWED = {
     "labeling.data.snapshot": "the isolation level of a long read (SET TRANSACTION, BEGIN DEFERRED)",
     "labeling.data.bulkload": "COPY, with ids taken from the sequence first",
     "labeling.staff.admin_base": "the planner's row estimate of a large table (pg_class)",
+    "labeling.checks": "the server's autovacuum settings and the queue tables' storage options (pg_class)",
 }
 
 
