@@ -61,8 +61,15 @@ def test_it_lists_the_thresholds_a_queue_table_lost():
         cursor.execute("ALTER TABLE labeling_task SET (autovacuum_vacuum_scale_factor = 0.2)")
     warnings = sorted(m.msg for m in check_queue_autovacuum(None, databases=["default"]) if m.id == "labeling.W002")
     assert len(warnings) == 2
-    assert "labeling_assignment" in warnings[0] and "not set: autovacuum_vacuum_threshold = 1000" in warnings[0]
+    assert "labeling_assignment" in warnings[0] and "wants at most: autovacuum_vacuum_threshold = 1000" in warnings[0]
     assert "labeling_task" in warnings[1] and "autovacuum_vacuum_scale_factor = 0" in warnings[1]
+
+
+@on_postgres
+def test_a_queue_table_vacuumed_more_often_still_is_fine():
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE labeling_task SET (autovacuum_vacuum_threshold = 200)")
+    assert "labeling.W002" not in _ids(check_queue_autovacuum(None, databases=["default"]))
 
 
 @on_postgres
