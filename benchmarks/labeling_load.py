@@ -348,6 +348,8 @@ class Labeler:
         self.unanswered_ratings = 0  # sent, no answer (timed out): stored or not, never acknowledged
         self.errors = 0
         self.http_errors = 0
+        # Set to end the run before its deadline (benchmarks/labeling_campaign.py: once enough tasks are finished).
+        self.stop = threading.Event()
 
     def request(self, label: str, method: str, path: str, body: dict[str, Any] | None = None,
                 htmx: bool = False, as_json: bool = False) -> tuple[int, dict[str, str], str]:  # fmt: skip
@@ -410,9 +412,9 @@ class Labeler:
         if status != 200:
             return
         version = _state_version(page)
-        while assignment is not None and time.monotonic() < deadline:
+        while assignment is not None and time.monotonic() < deadline and not self.stop.is_set():
             for i in range(n_steps):
-                if time.monotonic() >= deadline:
+                if time.monotonic() >= deadline or self.stop.is_set():
                     return
                 if think:
                     time.sleep(random.uniform(*think))
@@ -558,7 +560,8 @@ class CpuMeter:
         self._thread.join(30)
 
     def seconds(self, kind: str) -> float:
-        return sum(self.last[k] - self.first[k] for k in self.last if k[0] == kind)
+        # A copy: read during the run too (benchmarks/labeling_campaign.py), while the sampler adds processes.
+        return sum(last - self.first[k] for k, last in list(self.last.items()) if k[0] == kind)
 
 
 def run_load(args: argparse.Namespace, labelers: int, duration: float, think: tuple[float, float] | None,

@@ -124,7 +124,7 @@ ROOMS = [
     ["labeling.labelers", "labeling.data", "labeling.migrations"],
     ["labeling.quality"],
     ["labeling.work"],
-    ["labeling.web", "labeling.staff", "labeling.api", "labeling.management"],
+    ["labeling.web", "labeling.staff", "labeling.api", "labeling.management", "labeling.checks"],
     # The template tags place what web/ builds (web/panel.py) in the templates.
     ["labeling.admin", "labeling.tasks", "labeling.urls", "labeling.apps", "labeling.templatetags"],
     ["activelearn.models", "activelearn.migrations"],
@@ -235,6 +235,7 @@ RAW_SQL_ALLOWED = {
     "labeling.data.snapshot": "the isolation level of a long read (SET TRANSACTION, BEGIN DEFERRED)",
     "labeling.data.bulkload": "COPY, with ids taken from the sequence first",
     "labeling.staff.admin_base": "the planner's row estimate of a large table (pg_class)",
+    "labeling.checks": "the server's autovacuum settings and the queue tables' storage options (pg_class)",
 }
 
 

@@ -1,0 +1,48 @@
+"""The campaign benchmark runs end to end at a tiny size: labelers finish every task, windows are reported."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.parse
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import test_database_url as database_url
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_a_tiny_campaign_finishes_its_tasks_and_reports_each_window(tmp_path):
+    server = urllib.parse.urlparse(database_url())
+    name = f"bench_campaign_test_{uuid.uuid4().hex[:8]}"
+    url = server._replace(path=f"/{name}").geturl()
+    out = tmp_path / "campaign.json"
+    command = [sys.executable, "benchmarks/labeling_campaign.py", "--database-url", url, "--tasks", "6",
+               "--window", "3", "--labelers", "2", "--think", "0,0", "--solutions", "40", "--steps", "2",
+               "--workers", "1", "--modes", "off,shipped", "--explain", "--floor-interval", "0.02",
+               "--port", "8791", "--json", str(out)]  # fmt: skip
+    try:
+        run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    finally:
+        import psycopg
+
+        with psycopg.connect(server._replace(path="/postgres").geturl(), autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    modes = {m["mode"]: m for m in json.loads(out.read_text())}
+    # shipped needs the cluster's autovacuum; where it is off the run says so instead.
+    assert "off" in modes and ("shipped" in modes or "shipped: skipped" in run.stdout)
+    for mode in modes.values():
+        assert [w["tasks"] for w in mode["windows"]] == [3, 6]
+        assert mode["errors"] == 0 and mode["stored_ok"]
+        first = mode["windows"][0]
+        assert first["submit+next"]["count"] >= 1 and first["submit+next"]["cpu_ms"] > 0
+        assert first["floor press"]["count"] >= 1 and first["floor_ms"] > 0
+        assert any("task_queue_idx" in line for line in first["plan"])
+    assert "submit + next CPU, last window / first" in run.stdout
