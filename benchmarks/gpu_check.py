@@ -665,23 +665,9 @@ def _timed(ctx: Context, run: Callable[[], None]) -> float:
 def bench_training(ctx: Context, shape: Qwen2Shape, directory: Path, checkpointing: bool) -> dict[str, Any]:
     work = ctx.workload
     solutions = synthesise(work.train_solutions, work.steps, seed=2)
-    config = TrainConfig(
-        output_dir=ctx.scratch / f"train-{shape.name}-{'gc' if checkpointing else 'nogc'}",
-        backbone=str(directory),
-        learning_rate=LEARNING_RATE,
-        num_epochs=1,
-        batch_size=work.train_batch_size,
-        gradient_accumulation_steps=work.accumulation,
-        max_length=min(2048, shape.max_positions),
-        warmup_ratio=0.0,
-        checkpoint_every=0,
-        mega_batch_batches=MEGA_BATCH_BATCHES,
-        bf16=ctx.cuda,
-        gradient_checkpointing=checkpointing,
-        # Fine-tuning is what is measured, whatever the backbone family's CPU default.
-        freeze_layers=0,
-        seed=SEED,
-        cpu=not ctx.cuda,
+    # Fine-tuning is what is measured (freeze_layers=0), whatever the backbone family's CPU default.
+    config = _training_config(
+        ctx, shape, directory, "gc" if checkpointing else "nogc", gradient_checkpointing=checkpointing
     )
     raw = raw_training(ctx, shape, config, solutions)
     _release_memory()  # the raw side's model and optimizer states, before train_prm loads its own
