@@ -8,6 +8,7 @@ so two workers never run it at once.
 from __future__ import annotations
 
 import logging
+import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -17,7 +18,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from activelearn.generations.config import ERROR_MAX, GenerationRunningError, GenerationStateError
-from activelearn.models import GenerationRun
+from activelearn.models import GenerationRun, SampleChunk, ScoreChunk, ScoreChunkStatus
 from labeling.models import RUNNING_GENERATION_STATUSES, Generation, GenerationStatus
 
 logger = logging.getLogger(__name__)
@@ -112,6 +113,28 @@ def generation_fail(*, generation_id: int, error: str, step: str | None = None) 
 
 def stale_before(now: datetime) -> datetime:
     return now - timedelta(seconds=settings.PIPELINE_HEARTBEAT_STALE_S)
+
+
+def chunk_claim(*, model: type[ScoreChunk] | type[SampleChunk], chunk_id: int) -> str | None:
+    """Claim one chunk of a step's work (scoring or sampling; both kinds share these
+    statuses): PENDING, or RUNNING with a stale heartbeat (its worker died). One
+    conditional UPDATE, so of two workers only one wins. The claim token, or None."""
+    now = timezone.now()
+    token = uuid.uuid4().hex
+    claimed = (
+        model.objects.filter(pk=chunk_id)
+        .filter(
+            Q(status=ScoreChunkStatus.PENDING) | Q(status=ScoreChunkStatus.RUNNING, heartbeat_at__lt=stale_before(now))
+        )
+        .update(
+            status=ScoreChunkStatus.RUNNING,
+            claim_token=token,
+            claimed_at=now,
+            heartbeat_at=now,
+            attempts=F("attempts") + 1,
+        )
+    )
+    return token if claimed == 1 else None
 
 
 def run_claim(*, generation_id: int, step: str) -> GenerationRun | None:

@@ -35,20 +35,18 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import uuid
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
-from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q, Sum
+from django.db.models import F, Sum
 from django.utils import timezone
 
 from activelearn.generations.config import GenerationConfig
 from activelearn.generations.dispatch import generation_dispatch
 from activelearn.generations.liveness import Pulse
-from activelearn.generations.machine import generation_fail, generation_transition
+from activelearn.generations.machine import chunk_claim, generation_fail, generation_transition
 from activelearn.generations.sampler import sampling_queue, solution_sampler
 from activelearn.models import GenerationRun, SampleChunk, SampleChunkStatus, SolutionSample
 from activelearn.stepgen.base import SolutionDraw, SolutionSampler, StepGenerationError
@@ -140,27 +138,8 @@ def sample_chunks_enqueue(*, chunk_ids: Sequence[int]) -> None:
 
 
 def sample_chunk_claim(*, chunk_id: int) -> str | None:
-    """Claim a chunk: PENDING, or RUNNING with a stale heartbeat (its worker died). The token, or None."""
-    now = timezone.now()
-    token = uuid.uuid4().hex
-    claimed = (
-        SampleChunk.objects.filter(pk=chunk_id)
-        .filter(
-            Q(status=SampleChunkStatus.PENDING)
-            | Q(
-                status=SampleChunkStatus.RUNNING,
-                heartbeat_at__lt=now - timedelta(seconds=settings.PIPELINE_HEARTBEAT_STALE_S),
-            )
-        )
-        .update(
-            status=SampleChunkStatus.RUNNING,
-            claim_token=token,
-            claimed_at=now,
-            heartbeat_at=now,
-            attempts=F("attempts") + 1,
-        )
-    )
-    return token if claimed == 1 else None
+    """Claim a chunk (``machine.chunk_claim``): the token, or None."""
+    return chunk_claim(model=SampleChunk, chunk_id=chunk_id)
 
 
 def problems_unsampled(*, run_id: int, problem_ids: Sequence[int]) -> list[int]:

@@ -4,7 +4,6 @@ grading and selecting (CPU). Each claims its step, does the work, and moves the 
 from __future__ import annotations
 
 import logging
-import uuid
 from typing import TYPE_CHECKING, cast
 
 from django.conf import settings
@@ -17,6 +16,7 @@ from activelearn.generations.config import ERROR_MAX, GenerationConfig, Generati
 from activelearn.generations.dispatch import generation_dispatch, scored_refresh, scoring_finish
 from activelearn.generations.liveness import Pulse
 from activelearn.generations.machine import (
+    chunk_claim,
     describe_error,
     generation_fail,
     generation_transition,
@@ -176,22 +176,8 @@ def score_chunk_run(*, chunk_id: int) -> int:
     the checkpoint already scored are skipped, so a re-run resumes where the dead
     worker stopped.
     """
-    now = timezone.now()
-    token = uuid.uuid4().hex
-    claimed = (
-        ScoreChunk.objects.filter(pk=chunk_id)
-        .filter(
-            Q(status=ScoreChunkStatus.PENDING) | Q(status=ScoreChunkStatus.RUNNING, heartbeat_at__lt=stale_before(now))
-        )
-        .update(
-            status=ScoreChunkStatus.RUNNING,
-            claim_token=token,
-            claimed_at=now,
-            heartbeat_at=now,
-            attempts=F("attempts") + 1,
-        )
-    )
-    if claimed != 1:
+    token = chunk_claim(model=ScoreChunk, chunk_id=chunk_id)
+    if token is None:
         return 0
     chunk = ScoreChunk.objects.select_related("run__checkpoint").get(pk=chunk_id)
     run = chunk.run
