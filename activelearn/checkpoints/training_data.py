@@ -27,6 +27,7 @@ functions, so importing this module from the web process costs nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 from django.db.models import Q
 
+from activelearn.grading import extract_final_answer
+from activelearn.grading.equivalence import answer_groups
 from activelearn.selection.solutions import solutions_matching
 from labeling.data.snapshot import read_snapshot
 from labeling.models import (
@@ -245,9 +248,11 @@ def labeled_solutions_list(*, filters: TrainingDataFilters | None = None) -> lis
         return list(labeled_solutions_iter(filters=filters))
 
 
-def outcome_solutions_list(*, filters: OutcomeDataFilters) -> list[OutcomeSolution]:
+def outcome_solutions_list(*, filters: OutcomeDataFilters, grouped: bool = False) -> list[OutcomeSolution]:
     """Graded solutions as ``OutcomeSolution``s (correct = ``Solution.is_correct``), in id
     order: all that match, or ``filters.count`` of them drawn uniformly with ``filters.seed``.
+    With ``grouped``, each carries its answer group (``vote_key``, by the grader's own
+    equivalence among the solutions of its problem) for votes.
 
     Reads solutions and problems only, never a human label. Solutions without a verdict
     (never graded, no answer found, no reference answer) and without steps (phase-1
@@ -267,22 +272,34 @@ def outcome_solutions_list(*, filters: OutcomeDataFilters) -> list[OutcomeSoluti
         if filters.count is not None and filters.count < len(ids):
             ids = sorted(random.Random(filters.seed).sample(ids, filters.count))
         solutions: list[OutcomeSolution] = []
+        answers: list[str] = []
         for start in range(0, len(ids), OUTCOME_PAGE):
             rows = (
                 Solution.objects.filter(id__in=ids[start : start + OUTCOME_PAGE])
                 .order_by("id")
-                .values_list("problem__unique_id", "problem__problem", "steps", "is_correct")
+                .values_list("problem__unique_id", "problem__problem", "steps", "is_correct", "final_answer")
             )
-            solutions.extend(
-                OutcomeSolution(
-                    problem_id=str(unique_id),
-                    problem=problem,
-                    steps=tuple(str(step) for step in steps or ()),
-                    correct=bool(correct),
+            for unique_id, problem, steps, correct, final_answer in rows:
+                texts = tuple(str(step) for step in steps or ())
+                solutions.append(
+                    OutcomeSolution(problem_id=str(unique_id), problem=problem, steps=texts, correct=bool(correct))
                 )
-                for unique_id, problem, steps, correct in rows
-            )
-    return solutions
+                found = final_answer if final_answer is not None else extract_final_answer("\n".join(texts))
+                answers.append(found or "")
+    return _with_answer_groups(solutions, answers) if grouped else solutions
+
+
+def _with_answer_groups(solutions: Sequence[OutcomeSolution], answers: Sequence[str]) -> list[OutcomeSolution]:
+    """The solutions with their ``vote_key``: the grader's answer groups, per problem."""
+    by_problem: dict[str, list[int]] = {}
+    for index, solution in enumerate(solutions):
+        by_problem.setdefault(solution.problem_id, []).append(index)
+    keys, _ = answer_groups([[(answers[i], solutions[i].correct) for i in indices] for indices in by_problem.values()])
+    grouped = list(solutions)
+    for indices, problem_keys in zip(by_problem.values(), keys, strict=True):
+        for index, key in zip(indices, problem_keys, strict=True):
+            grouped[index] = dataclasses.replace(solutions[index], vote_key=key)
+    return grouped
 
 
 def training_set_build(
@@ -379,7 +396,7 @@ def _selection_pool(
     else:
         return []
     seen = {s.problem_id for s in trained}
-    return [s for s in outcome_solutions_list(filters=filters) if s.problem_id not in seen]
+    return [s for s in outcome_solutions_list(filters=filters, grouped=True) if s.problem_id not in seen]
 
 
 class OverlappingSplitsError(ValueError):

@@ -7,15 +7,20 @@
   curve when a single solution changes. A fixed 0.5 flags nothing when the model's
   scores sit above it.
 * **Aggregation**: how step scores become one solution score (``scoring.REDUCTIONS``),
-  chosen by what the score is for: picking a solution. On the graded pool of the
-  validation problems (``pool``: solutions the grader marked right or wrong, no human
-  label needed), each aggregation's exact expected best-of-``CHOOSE_AT`` accuracy is
-  computed and the highest wins; ties go to "min". The solution-level AUROC of each
-  aggregation on the labelers' whole validation solutions is recorded beside it, but not
-  used: on CHAMP it ranked "product" first on validation on a split where "product" then
-  picked worst of the four. Without a pool of at least one problem with ``CHOOSE_AT``
-  graded solutions the choice is "min", which unlike "product" does not reward short
-  solutions.
+  chosen by what the score is for: best-of-N on a problem's sampled solutions. On the
+  graded pool of the validation problems (``pool``: solutions the grader marked right or
+  wrong, no human label needed), each aggregation's exact expected best-of-``CHOOSE_AT``
+  accuracy of the **weighted vote** (solution scores summed per answer group, the groups
+  the grader's equivalence makes) is computed and the highest wins; ties go to "min".
+  Weighted vote rather than the top pick, because it is the PRM's better best-of-N rule
+  and the one an aggregation can ruin: on one CHAMP split the top pick preferred "product"
+  by 0.009, and its weighted vote then fell 0.3 below majority vote on test; on that
+  split's validation pool its weighted vote was already 0.07 below majority.
+  Where the pool has no answer groups the top pick decides. The top pick's table, the
+  validation majority vote and the solution-level AUROC of each aggregation on the
+  labelers' whole validation solutions are recorded beside it, not used. Without a pool
+  of at least one problem with ``CHOOSE_AT`` graded solutions the choice is "min", which
+  unlike "product" does not reward short solutions.
 """
 
 from __future__ import annotations
@@ -25,21 +30,33 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from activelearn.prm.data import LabeledSolution, OutcomeSolution, trajectory_with_first_error
-from activelearn.prm.evaluation import FirstErrorMetrics, auroc, error_prior, expected_top_pick, prior_threshold
+from activelearn.prm.evaluation import (
+    Candidate,
+    FirstErrorMetrics,
+    auroc,
+    error_prior,
+    expected_top_pick,
+    expected_votes,
+    prior_threshold,
+    vote_subsets,
+)
 from activelearn.prm.modeling import ProcessRewardModel
 from activelearn.prm.scoring import REDUCTIONS, NeutralAs, Reduction, reduce_steps, score_solutions
 
 FALLBACK_AGGREGATION: Reduction = "min"
 THRESHOLD_RULE = "error-prior quantile of the validation step scores"
-AGGREGATION_RULE = "highest expected best-of-4 on the validation problems' graded pool"
+AGGREGATION_RULE = "highest expected best-of-4 weighted vote on the validation problems' graded pool"
 # Best-of-4 rather than 16: more validation problems have 4 graded solutions than 16.
 CHOOSE_AT = 4
 # Graded solutions per validation problem scored to choose the aggregation (a fixed-seed
 # sample): enough for best-of-4 to be told apart, bounded so a large pool costs little.
 POOL_PER_PROBLEM = 16
+# Subsets per problem for the validation vote: every one of C(16, 4) = 1,820 is enumerated.
+VOTE_SUBSETS = 2000
 
 
 @dataclass(frozen=True)
@@ -51,8 +68,11 @@ class Calibration:
     aggregation_auroc: dict[str, float | None] = field(default_factory=dict)
     aggregation_solutions: int = 0
     aggregation_reason: str = ""
-    # Expected best-of-CHOOSE_AT per aggregation on the graded validation pool (None: no pool).
+    # Expected best-of-CHOOSE_AT per aggregation on the graded validation pool (None: no
+    # pool): the top pick, the weighted vote (empty without answer groups), and majority vote.
     aggregation_best_of: dict[str, float | None] = field(default_factory=dict)
+    aggregation_vote: dict[str, float | None] = field(default_factory=dict)
+    majority_vote: float | None = None
     pool_problems: int = 0
     pool_solutions: int = 0
     solutions: int = 0
@@ -72,28 +92,74 @@ def aggregation_aurocs(step_scores: Sequence[Sequence[float]], has_error: Sequen
     return {name: auroc([reduce_steps(s, name) for s in step_scores], fine) for name in REDUCTIONS}
 
 
-def choose_aggregation(
-    pool: Sequence[Sequence[tuple[Sequence[float], bool]]], n: int = CHOOSE_AT
-) -> tuple[Reduction, dict[str, float | None], str]:
-    """The aggregation whose top-scored solution is most often right in a random ``n`` of a
-    problem's graded solutions, averaged over problems; ``pool`` holds, per problem, each
-    solution's step scores and whether its answer is right. Problems with fewer than
-    ``n`` solutions are left out; without any, "min"."""
+PoolEntry = tuple[Sequence[float], bool] | tuple[Sequence[float], bool, str | None]
+
+
+@dataclass(frozen=True)
+class AggregationChoice:
+    aggregation: Reduction
+    top_pick: dict[str, float | None]  # expected best-of-n of the top pick, per aggregation
+    vote: dict[str, float | None]  # expected best-of-n weighted vote, per aggregation ({} without groups)
+    majority: float | None  # expected best-of-n majority vote (None without groups)
+    reason: str
+
+
+def choose_aggregation(pool: Sequence[Sequence[PoolEntry]], n: int = CHOOSE_AT) -> AggregationChoice:
+    """The aggregation whose weighted vote over a random ``n`` of a problem's graded
+    solutions is most often right, averaged over problems; ``pool`` holds, per problem,
+    each solution's step scores, whether its answer is right and its answer group. Where
+    a solution has no group the top pick decides instead. Problems with fewer than ``n``
+    solutions are left out; without any, "min"."""
     usable = [problem for problem in pool if len(problem) >= n]
     if not usable:
-        table: dict[str, float | None] = {name: None for name in REDUCTIONS}
-        return FALLBACK_AGGREGATION, table, f"no validation problem with {n} graded solutions: min by default"
-    table = {
+        return AggregationChoice(
+            FALLBACK_AGGREGATION,
+            {name: None for name in REDUCTIONS},
+            {},
+            None,
+            f"no validation problem with {n} graded solutions: min by default",
+        )
+    top_pick: dict[str, float | None] = {
         name: sum(
-            expected_top_pick([reduce_steps(steps, name) for steps, _ in problem], [ok for _, ok in problem], n)
+            expected_top_pick([reduce_steps(e[0], name) for e in problem], [e[1] for e in problem], n)
             for problem in usable
         )
         / len(usable)
         for name in REDUCTIONS
     }
+    keys = [[next(iter(e[2:]), None) for e in problem] for problem in usable]
+    grouped = all(key is not None for problem in keys for key in problem)
+    vote: dict[str, float | None] = {}
+    majority: float | None = None
+    if grouped:
+        rng = np.random.default_rng(0)
+        subsets = [vote_subsets(len(problem), n, VOTE_SUBSETS, rng) for problem in usable]
+        majorities: list[float] = []
+        for name in REDUCTIONS:
+            results = [
+                expected_votes(
+                    [
+                        Candidate(reduce_steps(e[0], name), str(key), e[1], group=str(key))
+                        for e, key in zip(problem, problem_keys, strict=True)
+                    ],
+                    rows,
+                )
+                for problem, problem_keys, rows in zip(usable, keys, subsets, strict=True)
+            ]
+            vote[name] = sum(weighted for _, weighted in results) / len(usable)
+            majorities = [m for m, _ in results]
+        majority = sum(majorities) / len(usable)
+    table = vote if grouped else top_pick
     # Ties go to the earlier name in REDUCTIONS ("min" first).
     best = max(REDUCTIONS, key=lambda name: (table[name] or 0.0, -REDUCTIONS.index(name)))
-    return best, table, f"highest expected best-of-{n} on {len(usable)} validation problems' graded solutions"
+    what = "weighted vote" if grouped else "top pick (no answer groups)"
+    return AggregationChoice(
+        best,
+        top_pick,
+        vote,
+        majority,
+        f"highest expected best-of-{n} {what} on {len(usable)} validation problems' graded solutions",
+    )
 
 
 def pool_sample(pool: Sequence[OutcomeSolution], per_problem: int = POOL_PER_PROBLEM) -> list[OutcomeSolution]:
@@ -138,18 +204,20 @@ def calibrate(
     pool_scores = score_solutions(
         model, tokenizer, [(s.problem, s.steps) for s in sampled], batch_size, "min", neutral_as
     )
-    by_problem: dict[str, list[tuple[Sequence[float], bool]]] = {}
+    by_problem: dict[str, list[PoolEntry]] = {}
     for solution, result in zip(sampled, pool_scores, strict=True):
-        by_problem.setdefault(solution.problem_id, []).append((result.step_scores, solution.correct))
-    aggregation, best_of, reason = choose_aggregation(list(by_problem.values()))
+        by_problem.setdefault(solution.problem_id, []).append((result.step_scores, solution.correct, solution.vote_key))
+    choice = choose_aggregation(list(by_problem.values()))
     return Calibration(
         threshold=threshold,
         first_error=metrics,
-        aggregation=aggregation,
+        aggregation=choice.aggregation,
         aggregation_auroc=aurocs,
         aggregation_solutions=len(whole),
-        aggregation_reason=reason,
-        aggregation_best_of=best_of,
+        aggregation_reason=choice.reason,
+        aggregation_best_of=choice.top_pick,
+        aggregation_vote=choice.vote,
+        majority_vote=choice.majority,
         pool_problems=sum(len(problem) >= CHOOSE_AT for problem in by_problem.values()),
         pool_solutions=len(sampled),
         solutions=len(usable),

@@ -74,6 +74,9 @@ class OutcomeSolution:
     steps: tuple[str, ...]
     correct: bool
     weight: float = 1.0
+    # The answer group for votes (``grading.equivalence``: answers the grader takes for
+    # equal share one); None where not known. Only choosing the aggregation reads it.
+    vote_key: str | None = None
 
     def __post_init__(self) -> None:
         if not self.steps:

@@ -252,12 +252,15 @@ def test_it_chooses_the_aggregation_on_the_validation_problems_graded_solutions(
     )
     calibration = PRMCheckpoint.objects.get().calibration
     assert (calibration["pool_problems"], calibration["pool_solutions"]) == (2, 13)
-    table = calibration["aggregation_best_of"]
-    assert set(table) == {"min", "product", "mean", "last"} and all(0.0 <= v <= 1.0 for v in table.values())
+    # The pool's answers are grouped, so the weighted vote decides; the pick is recorded.
+    table = calibration["aggregation_vote"]
+    for recorded in (table, calibration["aggregation_best_of"]):
+        assert set(recorded) == {"min", "product", "mean", "last"} and all(0.0 <= v <= 1.0 for v in recorded.values())
     first_best = next(name for name in ("min", "product", "mean", "last") if table[name] == max(table.values()))
     assert calibration["aggregation"] == first_best
+    assert 0.0 <= calibration["majority_vote"] <= 1.0
     assert PRMCheckpoint.objects.get().aggregation == calibration["aggregation"]
-    assert "best-of-4 on 2 validation problems" in calibration["aggregation_reason"]
+    assert "best-of-4 weighted vote on 2 validation problems" in calibration["aggregation_reason"]
 
 
 def test_it_refuses_a_validation_split_that_overlaps_training(settings, tmp_path):

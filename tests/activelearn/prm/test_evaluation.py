@@ -107,27 +107,55 @@ def test_best_of_n_reports_every_strategy_on_the_same_subsets_and_counts_skipped
     assert (nobody.problems, nobody.skipped) == (0, 1) and math.isnan(nobody.prm_accuracy)
 
 
-def test_the_aggregation_is_the_one_that_picks_right_answers_on_the_graded_pool():
+def test_without_answer_groups_the_aggregation_is_the_one_whose_top_pick_is_right():
     # Per problem: a long right solution whose steps are all fairly sure, and short wrong
     # ones with one sure step. "product" favours the short wrong ones, "min" the right one.
     right = ((0.9, 0.9, 0.9, 0.9), True)
     wrong = [((0.85,), False), ((0.8,), False), ((0.97, 0.7), False)]
-    chosen, table, reason = choose_aggregation([[right, *wrong]] * 3)
-    assert chosen == "min" and table["min"] == 1.0 and table["product"] == 0.0
-    assert "best-of-4 on 3 validation problems" in reason
+    choice = choose_aggregation([[right, *wrong]] * 3)
+    assert choice.aggregation == "min" and choice.top_pick["min"] == 1.0 and choice.top_pick["product"] == 0.0
+    assert "best-of-4 top pick (no answer groups) on 3 validation problems" in choice.reason
+    assert (choice.vote, choice.majority) == ({}, None)
     # Where only the last step tells right from wrong, "last" wins on its own merit.
     late = [[((0.1, 0.9), True), ((0.2, 0.95), True), ((0.9, 0.3), False), ((0.95, 0.2), False)]]
-    assert choose_aggregation(late)[0] == "last"
+    assert choose_aggregation(late).aggregation == "last"
     # Ties go to min: every aggregation is perfect when the sure step is the only step.
     single = [[((0.9,), True), ((0.2,), False), ((0.3,), False), ((0.1,), False)]]
-    chosen, table, _ = choose_aggregation(single)
-    assert chosen == "min" and set(table.values()) == {1.0}
+    choice = choose_aggregation(single)
+    assert choice.aggregation == "min" and set(choice.top_pick.values()) == {1.0}
+
+
+def test_with_answer_groups_the_weighted_vote_decides_not_the_top_pick():
+    # Three right solutions agree on "7", each sure of its steps but unsure of its last;
+    # one wrong "8" is short and sure, so it tops the pick under every aggregation in the 4
+    # of the C(5, 4) = 5 subsets that hold it. Only "mean" scores the right ones high
+    # enough that two or three of them outvote "8" (1.5 > 0.99) in every subset.
+    right = ((0.9, 0.9, 0.9, 0.3), True, "7")
+    problem = [right, right, right, ((0.99,), False, "8"), ((0.2, 0.95), False, "9")]
+    choice = choose_aggregation([problem] * 2)
+    assert choice.top_pick == pytest.approx({"min": 0.2, "product": 0.2, "mean": 0.2, "last": 0.0})
+    assert choice.vote == pytest.approx({"min": 0.2, "product": 0.2, "mean": 1.0, "last": 0.0})
+    assert choice.aggregation == "mean"
+    # Without the groups the pick decides, and its tie goes to min.
+    assert choose_aggregation([[entry[:2] for entry in problem]]).aggregation == "min"
+    # Majority: every subset has two or three "7"s against at most one of each wrong answer.
+    assert choice.majority == 1.0
+    assert "best-of-4 weighted vote on 2 validation problems" in choice.reason
+
+
+def test_the_weighted_vote_counts_equal_answers_as_one_vote():
+    # Two right solutions outvote a surer wrong one only when their answers are one group.
+    problem = [((0.6,), True, "a"), ((0.6,), True, "a"), ((0.9,), False, "b"), ((0.1,), False, "c")]
+    assert choose_aggregation([problem]).vote["min"] == 1.0
+    split = [((0.6,), True, "a"), ((0.6,), True, "a2"), ((0.9,), False, "b"), ((0.1,), False, "c")]
+    assert choose_aggregation([split]).vote["min"] == 0.0
 
 
 def test_without_a_problem_of_four_graded_solutions_the_aggregation_is_min():
-    chosen, table, reason = choose_aggregation([[((0.9,), True), ((0.1, 0.2), False), ((0.5,), False)]])
-    assert (chosen, set(table.values())) == ("min", {None}) and "min by default" in reason
-    assert choose_aggregation([])[0] == "min"
+    choice = choose_aggregation([[((0.9,), True), ((0.1, 0.2), False), ((0.5,), False)]])
+    assert (choice.aggregation, set(choice.top_pick.values())) == ("min", {None})
+    assert "min by default" in choice.reason
+    assert choose_aggregation([]).aggregation == "min"
 
 
 def test_the_pool_sample_keeps_at_most_so_many_per_problem_the_same_ones_every_time():
