@@ -73,11 +73,14 @@ class PretrainConfig:
             # corpus keeps the fingerprint it had before they existed, and its cache.
             for name in SYSTEMATIC_FIELDS:
                 fields["domain"].pop(name)
+        if self.domain.held_misconceptions is None:
+            # Every misconception held: the fingerprint (and cache) it had before the field.
+            fields["domain"].pop("held_misconceptions", None)
         payload = json.dumps({"format": FORMAT_VERSION, **fields}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-SYSTEMATIC_FIELDS = ("systematic_share", "misconception_home_rate", "misconception_rate")
+SYSTEMATIC_FIELDS = ("systematic_share", "misconception_home_rate", "misconception_rate", "held_misconceptions")
 # The systematic-error domain (misconceptions only): the generator whose samples both the
 # backbone's pretraining corpus and the campaign's pools come from.
 SYSTEMATIC_DOMAIN = DomainConfig(systematic_share=1.0)

@@ -162,8 +162,19 @@ class DomainConfig:
     systematic_share: float = 0.0
     misconception_home_rate: float = 0.9
     misconception_rate: float = 0.25
+    # The misconceptions the generator holds at all (None: every one in MISCONCEPTIONS).
+    # With misconception_rate 0 and a few held, the generator is mostly right and wrong
+    # in recognisable settings only, believing itself there (the "home" domain).
+    held_misconceptions: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
+        if self.held_misconceptions is not None:
+            object.__setattr__(self, "held_misconceptions", tuple(self.held_misconceptions))
+            known = {m.name for m in MISCONCEPTIONS}
+            unknown = sorted(set(self.held_misconceptions) - known)
+            if unknown:
+                names = ", ".join(sorted(known))
+                raise ValueError(f"DomainConfig.held_misconceptions: unknown {', '.join(unknown)} (known: {names})")
         for name in ("systematic_share", "misconception_home_rate", "misconception_rate", "solution_error_rate"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
@@ -429,6 +440,8 @@ MISCONCEPTION_BY_EVENT: dict[str, Misconception] = {m.event: m for m in MISCONCE
 
 def misconception_rate(misconception: Misconception, setting: str, config: DomainConfig) -> float:
     """How often a sample of a problem in ``setting`` holds the rule."""
+    if config.held_misconceptions is not None and misconception.name not in config.held_misconceptions:
+        return 0.0
     rate = config.misconception_home_rate if setting in misconception.home else config.misconception_rate
     return config.systematic_share * rate
 

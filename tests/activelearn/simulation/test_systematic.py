@@ -150,3 +150,32 @@ def test_rollouts_of_zero_are_refused():
     dataset = build_dataset(1, 1, seed=0)
     with pytest.raises(ValueError, match="rollouts"):
         rollout_shares(dataset.problems[0], dataset.all_solutions()[0], rollouts=0, config=DomainConfig())
+
+
+def test_the_home_domain_holds_only_its_misconceptions_and_only_at_home():
+    from activelearn.simulation.study import DOMAINS
+
+    home = DOMAINS["home"]
+    dataset = build_dataset(200, 8, seed=3, config=home)
+    problems = {p.problem_id: p for p in dataset.problems}
+    rules = {rule.name: rule for rule in MISCONCEPTIONS}
+    applied = [
+        (step.misconception, problems[solution.problem_id].setting)
+        for solution in dataset.all_solutions()
+        for step in solution.steps
+        if step.misconception is not None
+    ]
+    assert applied and {name for name, _ in applied} <= set(home.held_misconceptions or ())
+    assert all(setting in rules[name].home for name, setting in applied)
+    # No random errors at share 1: every wrong answer comes from a held misconception.
+    solutions = dataset.all_solutions()
+    assert all(s.misconceptions for s in solutions if not s.final_correct)
+    # Mostly right, unlike the default domain (wrong three times in four).
+    wrong = sum(not s.final_correct for s in solutions) / len(solutions)
+    default = build_dataset(200, 8, seed=3, config=DOMAINS["misconceptions"]).all_solutions()
+    assert 0.2 < wrong < 0.45 < sum(not s.final_correct for s in default) / len(default)
+
+
+def test_an_unknown_held_misconception_is_refused_by_name():
+    with pytest.raises(ValueError, match="unknown add_as_multiply .*known: buy_as_containers"):
+        DomainConfig(held_misconceptions=("buy_as_containers", "add_as_multiply"))
