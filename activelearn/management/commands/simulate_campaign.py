@@ -12,6 +12,8 @@ BLOCKS = {
     "campaign": ("<!-- campaign:begin -->", "<!-- campaign:end -->", "labels vs metric, convincing vs uniform"),
     "study": ("<!-- study:begin -->", "<!-- study:end -->", "labels vs metric, every arm of the study"),
     "sweep": ("<!-- sweep:begin -->", "<!-- sweep:end -->", "convincing's data efficiency vs the systematic share"),
+    # The study in another domain (``-- --domain home``) has a block of its own.
+    "study-home": ("<!-- study-home:begin -->", "<!-- study-home:end -->", "labels vs metric, the home domain"),
 }
 
 
@@ -51,22 +53,37 @@ class Command(BaseCommand):
         if code:
             raise CommandError(f"the simulation exited with status {code}")
         if options["write_docs"]:
-            self._write_docs(out, kind)
+            domain = _domain(forwarded)
+            self._write_docs(out, kind, block=f"study-{domain}" if kind == "study" and domain else kind)
         self.stdout.write(f"report in {out}")
 
-    def _write_docs(self, out: Path, kind: str = "campaign") -> None:
-        begin, end, caption = BLOCKS[kind]
+    def _write_docs(self, out: Path, kind: str = "campaign", block: str | None = None) -> None:
+        block = block or kind
+        if block not in BLOCKS:
+            raise CommandError(f"no place in {DOC} for a {block} report")
+        begin, end, caption = BLOCKS[block]
         table, plot = out / f"{kind}.md", out / f"{kind}.png"
         if not table.is_file():
             raise CommandError(f"no report at {table}")
         docs = Path(settings.BASE_DIR) / DOC
-        image = Path(settings.BASE_DIR) / "docs" / "img" / f"{kind}.png"
+        image = Path(settings.BASE_DIR) / "docs" / "img" / f"{block}.png"
         section = [begin, table.read_text().strip()]
         if plot.is_file():
             image.write_bytes(plot.read_bytes())
-            section.append(f"\n![{caption}](img/{kind}.png)")
+            section.append(f"\n![{caption}](img/{block}.png)")
         section.append(end)
         text = docs.read_text()
         block = "\n".join(section)
         pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
         docs.write_text(pattern.sub(lambda _: block, text) if pattern.search(text) else f"{text.rstrip()}\n\n{block}\n")
+
+
+def _domain(arguments: list[str]) -> str | None:
+    """The study's ``--domain`` among the simulator's arguments, unless it is the default."""
+    for index, argument in enumerate(arguments):
+        value = argument.split("=", 1)[1] if argument.startswith("--domain=") else None
+        if argument == "--domain" and index + 1 < len(arguments):
+            value = arguments[index + 1]
+        if value is not None:
+            return None if value == "misconceptions" else value
+    return None

@@ -360,6 +360,29 @@ def test_the_campaign_command_writes_its_report_into_the_docs(settings, tmp_path
     assert "](img/campaign.png)" in text
 
 
+def test_a_study_in_another_domain_gets_its_own_block_beside_the_default_studys(settings, tmp_path):
+    from django.core.management.base import CommandError
+
+    from activelearn.management.commands.simulate_campaign import Command, _domain
+
+    settings.BASE_DIR = tmp_path
+    (tmp_path / "docs" / "img").mkdir(parents=True)
+    (tmp_path / "docs" / "active-learning.md").write_text("# Active learning\n")
+    for name, table in (("default", "| default study |\n"), ("home", "| home study |\n")):
+        report = tmp_path / name
+        report.mkdir()
+        (report / "study.md").write_text(table)
+        (report / "study.png").write_bytes(name.encode())
+    Command()._write_docs(tmp_path / "default", "study")
+    Command()._write_docs(tmp_path / "home", "study", block=f"study-{_domain(['--domain', 'home'])}")
+    text = (tmp_path / "docs" / "active-learning.md").read_text()
+    assert "| default study |" in text and "| home study |" in text
+    assert (tmp_path / "docs" / "img" / "study-home.png").read_bytes() == b"home"
+    assert (_domain(["--domain=misconceptions"]), _domain(["--seeds", "1"])) == (None, None)
+    with pytest.raises(CommandError, match=r"no place in docs/active-learning\.md for a study-moon report"):
+        Command()._write_docs(tmp_path / "home", "study", block="study-moon")
+
+
 @pytest.mark.django_db
 def test_a_generation_scores_with_the_aggregation_and_threshold_its_checkpoint_chose():
     labels()
