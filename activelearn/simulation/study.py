@@ -91,14 +91,16 @@ SWEEP_DEFAULTS: dict[str, Any] = {
 STUDY_ARMS: tuple[str, ...] = tuple(ARMS)
 # The study's domains (``--domain``): "misconceptions" is the default above, a generator
 # wrong three times in four; "home" holds three of the misconceptions, each only in its
-# two home settings, so it is right about 70% of the time and wrong where it believes it
-# is right (majority vote 0.65 over 16 samples of 300 problems, some right sample in 0.94).
+# two home settings, so it is right about 73% of the time and wrong where it believes it
+# is right (majority vote 0.70 over 16 samples of 300 problems). Not `buy_as_containers`:
+# it writes a product the LM cannot compute in its head, so the LM's surprise finds that
+# error whatever the generator believes (step AUROC 0.997 on its errors alone).
 DOMAINS: dict[str, DomainConfig] = {
     "misconceptions": DomainConfig(systematic_share=1.0),
     "home": DomainConfig(
         systematic_share=1.0,
         misconception_rate=0.0,
-        held_misconceptions=("buy_as_containers", "forget_multiply", "scale_as_add"),
+        held_misconceptions=("forget_multiply", "scale_as_add", "sell_from_start"),
     ),
 }
 SWEEP_ARMS: tuple[str, ...] = ("uniform", MAIN_CONVINCING)
