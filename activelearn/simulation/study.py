@@ -645,6 +645,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--learning-rate", type=float)
     parser.add_argument("--domain", choices=list(DOMAINS), default=None, help="the generator (default misconceptions)")
     parser.add_argument("--systematic-share", type=float, help="the study's domain (default 1)")
+    parser.add_argument(
+        "--held-misconceptions", nargs="+", default=None, metavar="NAME", help="the misconceptions the generator holds"
+    )
     parser.add_argument("--workers", type=int, default=2, help="seeds in parallel, one torch thread each")
     parser.add_argument("--out", type=Path, default=None, help="default var/simulation/study or .../sweep")
     parser.add_argument(
@@ -678,6 +681,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.systematic_share is not None:
         chosen = config.get("domain", STUDY_DEFAULTS["domain"])
         config["domain"] = replace(chosen, systematic_share=args.systematic_share)
+    if args.held_misconceptions is not None:
+        chosen = config.get("domain", STUDY_DEFAULTS["domain"])
+        try:
+            config["domain"] = replace(chosen, held_misconceptions=tuple(args.held_misconceptions))
+        except ValueError as error:
+            parser.error(str(error))
     report: Study | Sweep
     if args.from_work_dir is not None:
         report = Study.from_work_dir(args.from_work_dir)

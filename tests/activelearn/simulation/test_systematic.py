@@ -179,3 +179,12 @@ def test_the_home_domain_holds_only_its_misconceptions_and_only_at_home():
 def test_an_unknown_held_misconception_is_refused_by_name():
     with pytest.raises(ValueError, match=r"unknown add_as_multiply \(known: buy_as_containers"):
         DomainConfig(held_misconceptions=("buy_as_containers", "add_as_multiply"))
+
+
+def test_the_study_command_refuses_an_unknown_held_misconception_before_running(capsys):
+    from activelearn.simulation.study import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--domain", "home", "--held-misconceptions", "scale_as_add", "divide_as_add"])
+    assert exit_info.value.code == 2
+    assert "unknown divide_as_add" in capsys.readouterr().err
