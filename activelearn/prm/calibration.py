@@ -134,7 +134,6 @@ def choose_aggregation(pool: Sequence[Sequence[PoolEntry]], n: int = CHOOSE_AT) 
     if grouped:
         rng = np.random.default_rng(0)
         subsets = [vote_subsets(len(problem), n, VOTE_SUBSETS, rng) for problem in usable]
-        majorities: list[float] = []
         for name in REDUCTIONS:
             results = [
                 expected_votes(
@@ -147,8 +146,8 @@ def choose_aggregation(pool: Sequence[Sequence[PoolEntry]], n: int = CHOOSE_AT) 
                 for problem, problem_keys, rows in zip(usable, keys, subsets, strict=True)
             ]
             vote[name] = sum(weighted for _, weighted in results) / len(usable)
-            majorities = [m for m, _ in results]
-        majority = sum(majorities) / len(usable)
+            # Majority vote ignores the scores: the same under every aggregation.
+            majority = sum(counted for counted, _ in results) / len(usable)
     table = vote if grouped else top_pick
     # Ties go to the earlier name in REDUCTIONS ("min" first).
     best = max(REDUCTIONS, key=lambda name: (table[name] or 0.0, -REDUCTIONS.index(name)))
