@@ -84,6 +84,13 @@ SYSTEMATIC_FIELDS = ("systematic_share", "misconception_home_rate", "misconcepti
 # The systematic-error domain (misconceptions only): the generator whose samples both the
 # backbone's pretraining corpus and the campaign's pools come from.
 SYSTEMATIC_DOMAIN = DomainConfig(systematic_share=1.0)
+# The "home" generator (activelearn.simulation.study.DOMAINS): mostly right, wrong only
+# where it holds one of three misconceptions, each in its two home settings.
+HOME_DOMAIN = DomainConfig(
+    systematic_share=1.0,
+    misconception_rate=0.0,
+    held_misconceptions=("forget_multiply", "scale_as_add", "sell_from_start"),
+)
 
 # Named sizes for the ``sim:<name>`` backbone spec.
 SIM_BACKBONES: dict[str, PretrainConfig] = {
@@ -101,6 +108,20 @@ SIM_BACKBONES: dict[str, PretrainConfig] = {
         max_steps=800,
         warmup_steps=50,
         domain=SYSTEMATIC_DOMAIN,
+    ),
+    # The home generator's backbone: "systematic"'s size, longer on a larger corpus. At
+    # 800 steps the LM has not yet learned which setting holds which rule, so its surprise
+    # still finds the misconceptions (step AUROC 0.76); longer, it believes them where the
+    # generator does (docs/simulation.md, "The home domain").
+    "home": PretrainConfig(
+        hidden_size=64,
+        num_layers=2,
+        num_heads=2,
+        intermediate_size=192,
+        corpus_problems=10000,
+        max_steps=4800,
+        warmup_steps=100,
+        domain=HOME_DOMAIN,
     ),
     # A few seconds of pretraining: for tests and smoke runs, not for measuring anything.
     "digits-tiny": PretrainConfig(

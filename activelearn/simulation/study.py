@@ -37,7 +37,7 @@ from typing import Any
 
 from activelearn.prm.recipes import PRETRAIN_FILE
 from activelearn.simulation.arms import ARMS, MAIN_CONVINCING, arm_named
-from activelearn.simulation.backbone import default_cache_root
+from activelearn.simulation.backbone import HOME_DOMAIN, default_cache_root
 from activelearn.simulation.campaign import (
     UNITS,
     CampaignConfig,
@@ -59,15 +59,36 @@ from activelearn.simulation.stats import (
     t_quantile,
 )
 
-# The systematic regime's campaign: a generator holding misconceptions, the backbone
-# pretrained on its samples. Budgets where the curves still climb (see docs). The head
-# reads the frozen LM's hidden state only: here the LM's surprise ranks steps near chance,
-# and without it the backbone's output is cached (CampaignConfig.feature_cache), so nine
-# arms cost about one forward pass per text. Rate and epochs: at the family's 1e-3 x 6
-# epochs the head is still underfit at 100 labeled solutions.
+
+# The study's generators (``--domain``), each with the backbone pretrained on its samples.
+# "home" (the default) holds three misconceptions, each only in its two home settings, so
+# it is right about 73% of the time and wrong where it believes it is right (majority vote
+# 0.70 over 16 samples of 300 problems): the paper's regime, where a uniform sample is
+# mostly right and convincing wrong-answer selection has something to add. Not
+# `buy_as_containers`: it writes a product the LM cannot compute in its head, so the LM's
+# surprise finds that error whatever the generator believes (step AUROC 0.997 on its
+# errors alone). "misconceptions" holds all five, at 0.9 at home and 0.25 elsewhere: wrong
+# three times in four, so a uniform sample is already a wrong-answer sample.
+@dataclass(frozen=True)
+class StudyDomain:
+    config: DomainConfig
+    backbone: str
+
+
+DOMAINS: dict[str, StudyDomain] = {
+    "home": StudyDomain(HOME_DOMAIN, "sim:home"),
+    "misconceptions": StudyDomain(DomainConfig(systematic_share=1.0), "sim:systematic"),
+}
+DEFAULT_DOMAIN = "home"
+
+# The study's campaign: budgets where the curves still climb (see docs). The head reads
+# the frozen LM's hidden state only: in these domains the LM's surprise ranks steps near
+# chance, and without it the backbone's output is cached (CampaignConfig.feature_cache),
+# so nine arms cost about one forward pass per text. Rate and epochs: at the family's
+# 1e-3 x 6 epochs the head is still underfit at 100 labeled solutions.
 STUDY_DEFAULTS: dict[str, Any] = dict(
-    backbone="sim:systematic",
-    domain=DomainConfig(systematic_share=1.0),
+    backbone=DOMAINS[DEFAULT_DOMAIN].backbone,
+    domain=DOMAINS[DEFAULT_DOMAIN].config,
     generations=5,
     labels_per_generation=20,
     train_problems=100,
@@ -79,30 +100,10 @@ STUDY_DEFAULTS: dict[str, Any] = dict(
     learning_rate=1e-2,
     num_epochs=20,
 )
-# The sweep reads the surprise too, as the random-error campaign's PRM does: at share 0
-# that is what makes labels mere calibration. Without the cache it costs more per text,
-# hence the smaller sets.
-SWEEP_DEFAULTS: dict[str, Any] = {
-    **STUDY_DEFAULTS,
-    "step_features": None,
-    "train_problems": 60,
-    "eval_problems": 30,
-}
+# The sweep changes one thing, the generator's systematic share; everything else is the
+# study's, so its share-1 point is the study's uniform and convincing arms.
+SWEEP_DEFAULTS: dict[str, Any] = dict(STUDY_DEFAULTS)
 STUDY_ARMS: tuple[str, ...] = tuple(ARMS)
-# The study's domains (``--domain``): "misconceptions" is the default above, a generator
-# wrong three times in four; "home" holds three of the misconceptions, each only in its
-# two home settings, so it is right about 73% of the time and wrong where it believes it
-# is right (majority vote 0.70 over 16 samples of 300 problems). Not `buy_as_containers`:
-# it writes a product the LM cannot compute in its head, so the LM's surprise finds that
-# error whatever the generator believes (step AUROC 0.997 on its errors alone).
-DOMAINS: dict[str, DomainConfig] = {
-    "misconceptions": DomainConfig(systematic_share=1.0),
-    "home": DomainConfig(
-        systematic_share=1.0,
-        misconception_rate=0.0,
-        held_misconceptions=("forget_multiply", "scale_as_add", "sell_from_start"),
-    ),
-}
 SWEEP_ARMS: tuple[str, ...] = ("uniform", MAIN_CONVINCING)
 
 
@@ -519,15 +520,21 @@ class Sweep:
         best = efficiency_metrics(config)[0]
         lines = [
             f"`{MAIN_CONVINCING}` against `uniform` as the generator's errors go from random corruptions "
-            "(share 0, the random-error domain) to misconceptions (share 1). At every share the backbone "
-            f"(`{config.backbone}`'s size) is pretrained on that generator's own samples. "
+            "(share 0, the random-error domain) to misconceptions (share 1"
+            + (
+                ""
+                if config.domain.held_misconceptions is None
+                else f": {', '.join(f'`{name}`' for name in config.domain.held_misconceptions)}"
+            )
+            + f"). At every share the backbone (`{config.backbone}`'s size and schedule) is pretrained on that "
+            "generator's own samples; everything else is the study's. "
             f"{config.generations} generations x {config.labels_per_generation} solutions, seeds {first.seeds}."
             + (f" Wall time {self.wall_seconds / 60:.1f} min." if self.wall_seconds is not None else ""),
             "",
-            "| systematic share | erroneous solutions whose first error is a misconception | label-free surprise "
-            f"step AUROC | uniform `{best}` at the end | factor `{best}` [95% interval] | uniform "
-            "`first_error_f1` at the end | factor `first_error_f1` [95% interval] |",
-            "|---|---|---|---|---|---|---|",
+            "| systematic share | solutions with a wrong answer | erroneous solutions whose first error is a "
+            f"misconception | label-free surprise step AUROC | majority vote | uniform `{best}` at the end | factor "
+            f"`{best}` [95% interval] | uniform `first_error_f1` at the end | factor `first_error_f1` [95% interval] |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for share, study in self.studies.items():
             cells = []
@@ -536,9 +543,12 @@ class Sweep:
                 final = [metric_value(r.generations[-1], metric) for r in study.results["uniform"]]
                 cells += [_cell(final), f"{_factor(found.factor)} [{found.interval_text()}]"]
             surprise = study.surprise_auroc()
+            wrong, systematic = generator_error_shares(study.config.domain)
+            n = max(study.config.best_of_n_sizes)
+            majority = [r.generations[-1].best_of_n[n]["majority"] for r in study.results["uniform"]]
             lines.append(
-                f"| {share:g} | {systematic_first_error_share(study.config.domain):.2f} | "
-                f"{_cell(surprise) if surprise else 'n/a'} | " + " | ".join(cells) + " |"
+                f"| {share:g} | {wrong:.2f} | {systematic:.2f} | {_cell(surprise) if surprise else 'n/a'} | "
+                f"{_cell(majority)} | " + " | ".join(cells) + " |"
             )
         return "\n".join(lines) + "\n"
 
@@ -586,14 +596,16 @@ class Sweep:
         plt.close(figure)
 
 
-def systematic_first_error_share(domain: DomainConfig, problems: int = 200, seed: int = 0) -> float:
-    """Of a sample's erroneous solutions, the share whose first error is a misconception."""
+def generator_error_shares(domain: DomainConfig, problems: int = 200, seed: int = 0) -> tuple[float, float]:
+    """Of a sample's solutions, the share with a wrong answer; of its erroneous ones, the
+    share whose first error is a misconception."""
     from activelearn.simulation.domain import build_dataset
 
     solutions = build_dataset(problems, 8, seed, domain, prefix="train").all_solutions()
     erroneous = [s for s in solutions if s.first_error is not None]
     systematic = [s for s in erroneous if s.steps[s.first_error or 0].error == "misconception"]
-    return len(systematic) / max(1, len(erroneous))
+    wrong = sum(not s.final_correct for s in solutions) / max(1, len(solutions))
+    return wrong, len(systematic) / max(1, len(erroneous))
 
 
 def run_sweep(
@@ -643,7 +655,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rollouts", type=int)
     parser.add_argument("--epochs", type=int, dest="num_epochs")
     parser.add_argument("--learning-rate", type=float)
-    parser.add_argument("--domain", choices=list(DOMAINS), default=None, help="the generator (default misconceptions)")
+    parser.add_argument(
+        "--domain",
+        choices=list(DOMAINS),
+        default=None,
+        help=f"the generator, and the backbone pretrained on its samples (default {DEFAULT_DOMAIN})",
+    )
     parser.add_argument("--systematic-share", type=float, help="the study's domain (default 1)")
     parser.add_argument(
         "--held-misconceptions", nargs="+", default=None, metavar="NAME", help="the misconceptions the generator holds"
@@ -677,7 +694,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     config: dict[str, Any] = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
     if args.domain is not None:
-        config["domain"] = DOMAINS[args.domain]
+        config["domain"] = DOMAINS[args.domain].config
+        config.setdefault("backbone", DOMAINS[args.domain].backbone)
     if args.systematic_share is not None:
         chosen = config.get("domain", STUDY_DEFAULTS["domain"])
         config["domain"] = replace(chosen, systematic_share=args.systematic_share)

@@ -155,7 +155,7 @@ def test_rollouts_of_zero_are_refused():
 def test_the_home_domain_holds_only_its_misconceptions_and_only_at_home():
     from activelearn.simulation.study import DOMAINS
 
-    home = DOMAINS["home"]
+    home = DOMAINS["home"].config
     dataset = build_dataset(200, 8, seed=3, config=home)
     problems = {p.problem_id: p for p in dataset.problems}
     rules = {rule.name: rule for rule in MISCONCEPTIONS}
@@ -172,7 +172,7 @@ def test_the_home_domain_holds_only_its_misconceptions_and_only_at_home():
     assert all(s.misconceptions for s in solutions if not s.final_correct)
     # Mostly right, unlike the default domain (wrong three times in four).
     wrong = sum(not s.final_correct for s in solutions) / len(solutions)
-    default = build_dataset(200, 8, seed=3, config=DOMAINS["misconceptions"]).all_solutions()
+    default = build_dataset(200, 8, seed=3, config=DOMAINS["misconceptions"].config).all_solutions()
     assert 0.2 < wrong < 0.45 < sum(not s.final_correct for s in default) / len(default)
 
 
