@@ -12,8 +12,12 @@ BLOCKS = {
     "campaign": ("<!-- campaign:begin -->", "<!-- campaign:end -->", "labels vs metric, convincing vs uniform"),
     "study": ("<!-- study:begin -->", "<!-- study:end -->", "labels vs metric, every arm of the study"),
     "sweep": ("<!-- sweep:begin -->", "<!-- sweep:end -->", "convincing's data efficiency vs the systematic share"),
-    # The study in another domain (``-- --domain home``) has a block of its own.
-    "study-home": ("<!-- study-home:begin -->", "<!-- study-home:end -->", "labels vs metric, the home domain"),
+    # The study in another domain (``-- --domain misconceptions``) has a block of its own.
+    "study-misconceptions": (
+        "<!-- study-misconceptions:begin -->",
+        "<!-- study-misconceptions:end -->",
+        "labels vs metric, the misconceptions domain",
+    ),
 }
 
 
@@ -30,7 +34,7 @@ class Command(BaseCommand):
         parser.add_argument("--out", type=Path, default=None, help="report directory (default VAR_DIR/simulation)")
         parser.add_argument("--write-docs", action="store_true", help=f"copy the table and plot into {DOC}")
         kind = parser.add_mutually_exclusive_group()
-        kind.add_argument("--study", action="store_true", help="every arm, systematic-error domain")
+        kind.add_argument("--study", action="store_true", help="every arm, systematic-error (home) domain")
         kind.add_argument(
             "--sweep", type=float, nargs="+", default=None, help="systematic shares to sweep, e.g. 0 0.5 1"
         )
@@ -85,5 +89,7 @@ def _domain(arguments: list[str]) -> str | None:
         if argument == "--domain" and index + 1 < len(arguments):
             value = arguments[index + 1]
         if value is not None:
-            return None if value == "misconceptions" else value
+            from activelearn.simulation.study import DEFAULT_DOMAIN
+
+            return None if value == DEFAULT_DOMAIN else value
     return None

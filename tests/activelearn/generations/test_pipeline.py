@@ -368,19 +368,21 @@ def test_a_study_in_another_domain_gets_its_own_block_beside_the_default_studys(
     settings.BASE_DIR = tmp_path
     (tmp_path / "docs" / "img").mkdir(parents=True)
     (tmp_path / "docs" / "active-learning.md").write_text("# Active learning\n")
-    for name, table in (("default", "| default study |\n"), ("home", "| home study |\n")):
+    for name, table in (("default", "| default study |\n"), ("misconceptions", "| misconceptions study |\n")):
         report = tmp_path / name
         report.mkdir()
         (report / "study.md").write_text(table)
         (report / "study.png").write_bytes(name.encode())
     Command()._write_docs(tmp_path / "default", "study")
-    Command()._write_docs(tmp_path / "home", "study", block=f"study-{_domain(['--domain', 'home'])}")
+    other = _domain(["--domain", "misconceptions"])
+    Command()._write_docs(tmp_path / "misconceptions", "study", block=f"study-{other}")
     text = (tmp_path / "docs" / "active-learning.md").read_text()
-    assert "| default study |" in text and "| home study |" in text
-    assert (tmp_path / "docs" / "img" / "study-home.png").read_bytes() == b"home"
-    assert (_domain(["--domain=misconceptions"]), _domain(["--seeds", "1"])) == (None, None)
+    assert "| default study |" in text and "| misconceptions study |" in text
+    assert (tmp_path / "docs" / "img" / "study-misconceptions.png").read_bytes() == b"misconceptions"
+    # The default domain (home), named or not, writes the study's own block.
+    assert (_domain(["--domain=home"]), _domain(["--seeds", "1"])) == (None, None)
     with pytest.raises(CommandError, match=r"no place in docs/active-learning\.md for a study-moon report"):
-        Command()._write_docs(tmp_path / "home", "study", block="study-moon")
+        Command()._write_docs(tmp_path / "misconceptions", "study", block="study-moon")
 
 
 @pytest.mark.django_db
