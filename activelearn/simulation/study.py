@@ -100,9 +100,12 @@ STUDY_DEFAULTS: dict[str, Any] = dict(
     learning_rate=1e-2,
     num_epochs=20,
 )
-# The sweep changes one thing, the generator's systematic share; everything else is the
-# study's, so its share-1 point is the study's uniform and convincing arms.
-SWEEP_DEFAULTS: dict[str, Any] = dict(STUDY_DEFAULTS)
+# The sweep changes the generator's systematic share; pools, budgets and backbone schedule
+# are the study's. Its head also reads the LM's surprise, as the random-error campaign's
+# does: at share 0 that is what today's PRM reads (a head on the hidden state alone does
+# not learn random corruptions at all: step AUROC 0.52 at 100 labels), and at share 1 the
+# surprise ranks steps near chance, so it adds little there.
+SWEEP_DEFAULTS: dict[str, Any] = {**STUDY_DEFAULTS, "step_features": None}
 STUDY_ARMS: tuple[str, ...] = tuple(ARMS)
 # Ten seeds: the home study costs about a minute of CPU per seed with the backbone cached,
 # and at three seeds a t-interval (t = 4.3) is wider than most of the effects it measures.
@@ -530,7 +533,10 @@ class Sweep:
                 else f": {', '.join(f'`{name}`' for name in config.domain.held_misconceptions)}"
             )
             + f"). At every share the backbone (`{config.backbone}`'s size and schedule) is pretrained on that "
-            "generator's own samples; everything else is the study's. "
+            "generator's own samples. The PRM head reads "
+            + ("the hidden state only" if config.step_features == () else "the LM's surprise beside the hidden state")
+            + f"; {config.train_problems} pool problems x {config.solutions_per_problem} fresh per generation, "
+            f"{config.eval_problems} held-out problems x {config.eval_solutions_per_problem}. "
             f"{config.generations} generations x {config.labels_per_generation} solutions, seeds {first.seeds}."
             + (f" Wall time {self.wall_seconds / 60:.1f} min." if self.wall_seconds is not None else ""),
             "",
@@ -659,6 +665,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, dest="num_epochs")
     parser.add_argument("--learning-rate", type=float)
     parser.add_argument(
+        "--head-reads",
+        choices=["hidden", "hidden+surprise"],
+        default=None,
+        help="what the PRM head reads (default: hidden for a study, hidden+surprise for a sweep)",
+    )
+    parser.add_argument(
         "--domain",
         choices=list(DOMAINS),
         default=None,
@@ -696,6 +708,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "learning_rate",
     )
     config: dict[str, Any] = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    if args.head_reads is not None:
+        config["step_features"] = () if args.head_reads == "hidden" else None
     if args.domain is not None:
         config["domain"] = DOMAINS[args.domain].config
         config.setdefault("backbone", DOMAINS[args.domain].backbone)

@@ -84,6 +84,9 @@ def test_the_sweep_pretrains_a_backbone_per_share_and_plots_the_factor_against_i
     # The default generator (home) is mostly right once its errors are its misconceptions;
     # at share 0 it corrupts 60% of its solutions at random.
     assert float(rows["| 1"][0]) < 0.45 < float(rows["| 0"][0])
+    # At share 0 the sweep's PRM must be the random-error campaign's: it reads the surprise.
+    assert all(s.config.step_features is None for s in sweep.studies.values())
+    assert "reads the LM's surprise beside the hidden state" in text
     paths = sweep.write_report(tmp_path / "report")
     assert paths["png"].read_bytes().startswith(b"\x89PNG")
 
