@@ -43,12 +43,8 @@ def _schedule(text: str) -> tuple[int, int]:
 
 
 def measure(steps: int, corpus_problems: int, problems: int, samples: int, cache: Path) -> dict[str, Any]:
-    import torch
-
-    from activelearn.prm.batching import encode_examples
-    from activelearn.prm.data import build_examples
     from activelearn.prm.evaluation import auroc
-    from activelearn.prm.head_training import separator_features
+    from activelearn.prm.head_training import step_surprises
     from activelearn.prm.modeling import ProcessRewardModel
     from activelearn.simulation.backbone import SIM_BACKBONES, pretrained_backbone
     from activelearn.simulation.domain import MISCONCEPTIONS, generate_problems, problem_texts, sample_solutions
@@ -66,15 +62,10 @@ def measure(steps: int, corpus_problems: int, problems: int, samples: int, cache
     oracle = OracleLabeler()
     labeled = [oracle.label(texts[s.problem_id], s) for s in solutions]
     model, tokenizer = ProcessRewardModel.from_backbone(str(backbone.directory), step_features=["surprise"])
-    encoder = model.step_encoder(tokenizer)
-    features = separator_features(
-        model, encode_examples(encoder, build_examples(labeled)), encoder.pad_id, torch.device("cpu")
-    )
-    surprise = features.vectors[:, -1].tolist()  # the last feature: the summed surprise
-    # The oracle's labels stop at the first wrong step; the features come in that order.
+    surprise, fine = step_surprises(model, tokenizer, labeled)
+    # The oracle's labels stop at the first wrong step; the surprises come in that order.
     steps_rated = [(s, s.steps[i]) for s, one in zip(solutions, labeled, strict=True) for i in range(len(one.steps))]
     assert len(steps_rated) == len(surprise)
-    every = [(x, g) for x, (_, g) in zip(surprise, steps_rated, strict=True)]
     rated = [(x, s, g) for x, (s, g) in zip(surprise, steps_rated, strict=True) if g.kind != "filler"]
 
     def area(wrong: list[float], right: list[float]) -> float | None:
@@ -88,7 +79,7 @@ def measure(steps: int, corpus_problems: int, problems: int, samples: int, cache
         "corpus_problems": corpus_problems,
         "final_loss": backbone.final_loss,
         # As the study's baseline and every step AUROC here: a neutral filler is not wrong.
-        "every_step": area([x for x, g in every if not g.is_correct], [x for x, g in every if g.is_correct]),
+        "every_step": auroc([-x for x in surprise], fine),
         "overall": area([x for x, _, g in rated if not g.is_correct], right),
         "misconceptions": {},
     }

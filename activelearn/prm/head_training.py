@@ -15,6 +15,7 @@ import random
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 from torch.nn import functional as F
@@ -233,12 +234,20 @@ def surprise_step_aurocs(
         model, tokenizer = ProcessRewardModel.from_backbone(backbone, max_length=max_length, step_features=["surprise"])
     except ValueError:
         return [None for _ in solution_sets]
-    encoder = model.step_encoder(tokenizer)
     values: list[float | None] = []
     for solutions in solution_sets:
-        features = separator_features(
-            model, encode_examples(encoder, build_examples(solutions)), encoder.pad_id, torch.device("cpu")
-        )
-        fine = (features.classes != NEGATIVE).tolist()
-        values.append(auroc((-features.vectors[:, -1]).tolist(), fine))  # the last feature: the sum
+        surprise, fine = step_surprises(model, tokenizer, solutions)
+        values.append(auroc([-x for x in surprise], fine))
     return values
+
+
+def step_surprises(
+    model: ProcessRewardModel, tokenizer: Any, solutions: Sequence[LabeledSolution]
+) -> tuple[list[float], list[bool]]:
+    """Each labeled step's summed surprise (a PRM built with ``step_features=["surprise"]``)
+    and whether it is not rated wrong, in the order of ``solutions`` and their steps."""
+    encoder = model.step_encoder(tokenizer)
+    features = separator_features(
+        model, encode_examples(encoder, build_examples(solutions)), encoder.pad_id, torch.device("cpu")
+    )
+    return features.vectors[:, -1].tolist(), (features.classes != NEGATIVE).tolist()  # the last feature: the sum

@@ -29,7 +29,7 @@ import os
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -92,37 +92,30 @@ HOME_DOMAIN = DomainConfig(
     held_misconceptions=("forget_multiply", "scale_as_add", "sell_from_start"),
 )
 
+# Pretrained on the systematic generator's own samples, misconceptions included at the
+# rates it holds them: its surprise does not tell a misconception from the rule. Smaller
+# than "digits" (64 wide, 2 layers, 800 steps: 0.4 s a step on one busy core) so that a
+# sweep can pretrain one per generator.
+_SYSTEMATIC = PretrainConfig(
+    hidden_size=64,
+    num_layers=2,
+    num_heads=2,
+    intermediate_size=192,
+    corpus_problems=2000,
+    max_steps=800,
+    warmup_steps=50,
+    domain=SYSTEMATIC_DOMAIN,
+)
+
 # Named sizes for the ``sim:<name>`` backbone spec.
 SIM_BACKBONES: dict[str, PretrainConfig] = {
     "digits": PretrainConfig(),
-    # Pretrained on the systematic generator's own samples, misconceptions included at
-    # the rates it holds them: its surprise does not tell a misconception from the rule.
-    # Smaller than "digits" (64 wide, 2 layers, 800 steps: 0.4 s a step on one busy
-    # core) so that a sweep can pretrain one per generator.
-    "systematic": PretrainConfig(
-        hidden_size=64,
-        num_layers=2,
-        num_heads=2,
-        intermediate_size=192,
-        corpus_problems=2000,
-        max_steps=800,
-        warmup_steps=50,
-        domain=SYSTEMATIC_DOMAIN,
-    ),
+    "systematic": _SYSTEMATIC,
     # The home generator's backbone: "systematic"'s size, longer on a larger corpus. At
     # 800 steps the LM has not yet learned which setting holds which rule, so its surprise
     # still finds the misconceptions (step AUROC 0.76); longer, it believes them where the
     # generator does (docs/simulation.md, "The home domain").
-    "home": PretrainConfig(
-        hidden_size=64,
-        num_layers=2,
-        num_heads=2,
-        intermediate_size=192,
-        corpus_problems=10000,
-        max_steps=4800,
-        warmup_steps=100,
-        domain=HOME_DOMAIN,
-    ),
+    "home": replace(_SYSTEMATIC, corpus_problems=10000, max_steps=4800, warmup_steps=100, domain=HOME_DOMAIN),
     # A few seconds of pretraining: for tests and smoke runs, not for measuring anything.
     "digits-tiny": PretrainConfig(
         hidden_size=32,

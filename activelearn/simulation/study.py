@@ -37,7 +37,7 @@ from typing import Any
 
 from activelearn.prm.recipes import PRETRAIN_FILE
 from activelearn.simulation.arms import ARMS, MAIN_CONVINCING, arm_named
-from activelearn.simulation.backbone import HOME_DOMAIN, default_cache_root
+from activelearn.simulation.backbone import HOME_DOMAIN, SYSTEMATIC_DOMAIN, default_cache_root
 from activelearn.simulation.campaign import (
     UNITS,
     CampaignConfig,
@@ -77,7 +77,7 @@ class StudyDomain:
 
 DOMAINS: dict[str, StudyDomain] = {
     "home": StudyDomain(HOME_DOMAIN, "sim:home"),
-    "misconceptions": StudyDomain(DomainConfig(systematic_share=1.0), "sim:systematic"),
+    "misconceptions": StudyDomain(SYSTEMATIC_DOMAIN, "sim:systematic"),
 }
 DEFAULT_DOMAIN = "home"
 
@@ -103,7 +103,7 @@ STUDY_DEFAULTS: dict[str, Any] = dict(
 # The sweep changes the generator's systematic share; pools, budgets and backbone schedule
 # are the study's. Its head also reads the LM's surprise, as the random-error campaign's
 # does: at share 0 that is what today's PRM reads (a head on the hidden state alone does
-# learn random corruptions: step AUROC 0.56 at 100 labels, 10 seeds), and at share 1 the
+# not learn random corruptions: step AUROC 0.56 at 100 labels, 10 seeds), and at share 1 the
 # surprise ranks steps near chance, so it adds little there.
 SWEEP_DEFAULTS: dict[str, Any] = {**STUDY_DEFAULTS, "step_features": None}
 STUDY_ARMS: tuple[str, ...] = tuple(ARMS)

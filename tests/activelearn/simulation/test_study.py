@@ -77,8 +77,8 @@ def test_the_sweep_pretrains_a_backbone_per_share_and_plots_the_factor_against_i
     assert len(list((tmp_path / "cache").iterdir())) == 2
     assert [s.config.domain.systematic_share for s in sweep.studies.values()] == [0.0, 1.0]
     text = sweep.to_markdown()
-    rows = {line.split(" | ")[0]: line.split(" | ")[1:] for line in text.splitlines() if line.startswith("| 0 ")}
-    rows |= {line.split(" | ")[0]: line.split(" | ")[1:] for line in text.splitlines() if line.startswith("| 1 ")}
+    cells = [line.split(" | ") for line in text.splitlines() if line.startswith(("| 0 ", "| 1 "))]
+    rows = {first: rest for first, *rest in cells}
     # Columns: wrong-answer share, misconception share of first errors, surprise, majority, ...
     assert rows["| 0"][1] == "0.00" and rows["| 1"][1] == "1.00"
     # The default generator (home) is mostly right once its errors are its misconceptions;
