@@ -161,6 +161,7 @@ class Windows:
         self.stats: list[dict[str, list[float]]] = [defaultdict(list)]
         self.costs: list[dict[str, list[list[int]]]] = [defaultdict(list)]
         self.done = threading.Event()
+        self.crossed = threading.Event()  # a boundary since the fast phase began: time to measure
 
     def finished_one(self) -> None:
         with self.lock:
@@ -171,6 +172,7 @@ class Windows:
             self.stats.append(defaultdict(list))
             self.costs.append(defaultdict(list))
             self.boundary(self.finished)
+            self.crossed.set()
             if self.finished >= self.total:
                 self.done.set()
 
@@ -187,8 +189,12 @@ class _Current(dict[str, list[Any]]):
 
 
 class _CountingLabeler(load.Labeler):
-    def __init__(self, port: int, cookies: dict[str, str], windows: Windows, rate_via: str) -> None:
-        super().__init__(port, cookies, _Current(windows, "stats"), windows.lock, _Current(windows, "costs"), rate_via)
+    """Counts its finished tasks into the campaign; its requests go to the window at hand or to ``sinks``."""
+
+    def __init__(self, port: int, cookies: dict[str, str], windows: Windows, rate_via: str,
+                 sinks: tuple[dict[str, list[float]], dict[str, list[list[int]]]] | None = None) -> None:  # fmt: skip
+        stats, costs = sinks or (_Current(windows, "stats"), _Current(windows, "costs"))
+        super().__init__(port, cookies, stats, windows.lock, costs, rate_via)
         self.windows = windows
 
     def request(self, label: str, method: str, path: str, body: dict[str, Any] | None = None,
@@ -199,8 +205,8 @@ class _CountingLabeler(load.Labeler):
         return answer
 
 
-def _floor_presses(labeler: load.Labeler, windows: Windows, interval: float) -> dict[str, int]:
-    """The baseline: one key press on the floor every ``interval`` seconds, on one task, until the campaign ends."""
+def _floor_presses(labeler: load.Labeler, until: threading.Event, interval: float) -> dict[str, int]:
+    """The baseline: one key press on the floor every ``interval`` seconds, on one task, until ``until`` is set."""
     import re
 
     _, headers, _ = labeler.request(FLOOR + " (next)", "POST", "/next/", {})
@@ -210,7 +216,7 @@ def _floor_presses(labeler: load.Labeler, windows: Windows, interval: float) -> 
     assignment = int(match.group(1))
     _, _, page = labeler.request(FLOOR + " (page)", "GET", f"/assignments/{assignment}/")
     version, acked = load._state_version(page), 0
-    while not windows.done.wait(interval):
+    while not until.wait(interval):
         status, _, text = labeler.request(
             FLOOR, "POST", f"/assignments/{assignment}/presses/",
             {"presses": [{"step": 0, "completion": 0, "version": version, "rating": acked % 2}]}, as_json=True,
@@ -220,52 +226,123 @@ def _floor_presses(labeler: load.Labeler, windows: Windows, interval: float) -> 
     return {"assignment": assignment, "acked": acked}
 
 
+def _run_all(labelers: list[_CountingLabeler], deadline: float, think: tuple[float, float] | None,
+             args: argparse.Namespace, until: threading.Event | None = None) -> None:  # fmt: skip
+    """Runs each labeler in its own thread (arriving at ``--spawn-rate``) until the deadline or ``until`` is set."""
+    for lab in labelers:
+        lab.stop.clear()
+    threads = [
+        threading.Thread(target=lab.run, args=(deadline, think, args.steps, i / args.spawn_rate if args.spawn_rate
+                                               else 0.0), daemon=True)
+        for i, lab in enumerate(labelers)
+    ]  # fmt: skip
+    for t in threads:
+        t.start()
+    if until is not None:
+
+        def stop_when() -> None:
+            while not until.wait(0.5):
+                if not any(t.is_alive() for t in threads):
+                    return
+            for lab in labelers:
+                lab.stop.set()
+
+        threading.Thread(target=stop_when, daemon=True).start()
+    for t in threads:
+        t.join()
+
+
+def _measure(labelers: list[_CountingLabeler], windows: Windows, args: argparse.Namespace,
+             deadline: float) -> dict[str, Any]:  # fmt: skip
+    """A window at real pace: ``--measure-labelers`` labelers, ``--measure-think`` between clicks, for
+    ``--measure-seconds``. Its requests are kept apart from the windows of tasks (whose CPU they still count in).
+
+    The same labelers come back at every checkpoint and go on with the task they left."""
+    stats: dict[str, list[float]] = defaultdict(list)
+    costs: dict[str, list[list[int]]] = defaultdict(list)
+    counters = ("acked", "unanswered_ratings", "errors", "http_errors")
+    before = {name: sum(getattr(x, name) for x in labelers) for name in counters}
+    for lab in labelers:
+        lab.stats, lab.costs = stats, costs
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    start, cpu, finished = time.monotonic(), usage.ru_utime + usage.ru_stime, windows.finished
+    think = None if args.measure_think_range == (0.0, 0.0) else args.measure_think_range
+    _run_all(labelers, min(deadline, start + args.measure_seconds), think, args)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    wall = time.monotonic() - start
+    return {"at": finished, "wall_s": wall, "finished": windows.finished - finished,
+            "generator_share": (usage.ru_utime + usage.ru_stime - cpu) / wall,
+            "stats": dict(stats), "costs": dict(costs),
+            **{name: sum(getattr(x, name) for x in labelers) - before[name] for name in counters}}  # fmt: skip
+
+
 def drive(port: int, floor_port: int, sessions: list[dict[str, str]], floor_session: dict[str, str],
           args: argparse.Namespace, think: tuple[float, float] | None, out: Any) -> None:  # fmt: skip
-    """Runs in its own process: one thread per labeler, one for the floor; a message at every window boundary."""
+    """Runs in its own process: one thread per labeler, one for the floor; a message at every window boundary.
+
+    With ``--measure-seconds``, the campaign alternates: a measured window at real pace (at the start and
+    after every boundary), then the fast labelers until the next boundary.
+    """
 
     def boundary(finished: int) -> None:
         usage = resource.getrusage(resource.RUSAGE_SELF)
         out.send(("boundary", finished, time.monotonic(), usage.ru_utime + usage.ru_stime))
 
     windows = Windows(args.window, args.tasks, boundary)
-    labelers = [_CountingLabeler(port, cookies, windows, args.rate_via) for cookies in sessions]
+    labelers = [_CountingLabeler(port, cookies, windows, args.rate_via) for cookies in sessions[: args.labelers]]
+    sinks: tuple[dict[str, list[float]], dict[str, list[list[int]]]] = ({}, {})  # replaced by each window's
+    measured_labelers = [
+        _CountingLabeler(port, cookies, windows, args.rate_via, sinks) for cookies in sessions[args.labelers :]
+    ]
     floor = load.Labeler(
         floor_port, floor_session, _Current(windows, "stats"), windows.lock, _Current(windows, "costs")
     )
     floor_result: dict[str, int] = {}
+    campaign_over = threading.Event()
+    measured: list[dict[str, Any]] = []
     boundary(0)
     deadline = time.monotonic() + args.max_hours * 3600
-    threads = [
-        threading.Thread(target=lab.run, args=(deadline, think, args.steps, i / args.spawn_rate if args.spawn_rate
-                                               else 0.0), daemon=True)
-        for i, lab in enumerate(labelers)
-    ]  # fmt: skip
 
     def baseline() -> None:
-        floor_result.update(_floor_presses(floor, windows, args.floor_interval))
+        floor_result.update(_floor_presses(floor, campaign_over, args.floor_interval))
 
-    def stop_when_done() -> None:
-        windows.done.wait()
-        for lab in labelers:
-            lab.stop.set()
+    floor_thread = threading.Thread(target=baseline, daemon=True)
+    floor_thread.start()
 
-    threads.append(threading.Thread(target=baseline, daemon=True))
-    for t in threads:
-        t.start()
-    threading.Thread(target=stop_when_done, daemon=True).start()
-    for t in threads[:-1]:
-        t.join()
-    windows.done.set()  # every labeler stopped: the queue ran dry, or the deadline passed
-    threads[-1].join(30)
+    def measure() -> None:
+        if measured_labelers and time.monotonic() < deadline:
+            measured.append(_measure(measured_labelers, windows, args, deadline))
+            out.send(("measured", {k: v for k, v in measured[-1].items() if k not in ("stats", "costs")}
+                      | {"latency": _latency(measured[-1]["stats"])}))  # fmt: skip
+
+    measure()
+    while not windows.done.is_set() and time.monotonic() < deadline:
+        windows.crossed.clear()
+        before = windows.finished
+        _run_all(labelers, deadline, think, args, until=windows.crossed if measured_labelers else windows.done)
+        if windows.finished == before:
+            break  # the queue ran dry
+        measure()
+    windows.done.set()
+    campaign_over.set()
+    floor_thread.join(30)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     out.send(("result", {
         "stats": [dict(s) for s in windows.stats], "costs": [dict(c) for c in windows.costs],
-        "finished": windows.finished, "acked": sum(x.acked for x in labelers),
-        "unanswered_ratings": sum(x.unanswered_ratings for x in labelers),
-        "errors": sum(x.errors for x in labelers), "http_errors": sum(x.http_errors for x in labelers),
+        "measured": measured, "finished": windows.finished,
+        "acked": sum(x.acked for x in labelers) + sum(m["acked"] for m in measured),
+        "unanswered_ratings": sum(x.unanswered_ratings for x in labelers)
+        + sum(m["unanswered_ratings"] for m in measured),
+        "errors": sum(x.errors for x in labelers) + sum(m["errors"] for m in measured),
+        "http_errors": sum(x.http_errors for x in labelers) + sum(m["http_errors"] for m in measured),
         "floor": floor_result, "floor_errors": floor.errors, "generator_cpu": usage.ru_utime + usage.ru_stime,
     }))  # fmt: skip
+
+
+def _latency(stats: dict[str, list[float]]) -> dict[str, dict[str, float]]:
+    return {name: {"count": len(stats.get(name, [])), "p50": load.pct(stats.get(name, []), 50),
+                   "p95": load.pct(stats.get(name, []), 95), "p99": load.pct(stats.get(name, []), 99)}
+            for name in ("submit+next", "rate")}  # fmt: skip
 
 
 # --- one mode -------------------------------------------------------------------
@@ -303,8 +380,8 @@ def run_mode(args: argparse.Namespace, env: dict[str, str], mode: str) -> dict[s
 def _run_mode(args: argparse.Namespace, env: dict[str, str], mode: str, url: str) -> dict[str, Any]:
     reloptions = set_mode(url, mode)
     _switch_database(url)
-    sessions = load.make_sessions(0, args.labelers + 1)
-    floor_session = sessions.pop()
+    sessions = load.make_sessions(0, args.labelers + 1 + args.measure_labelers)
+    floor_session = sessions.pop(args.labelers)
     here = argparse.Namespace(**{**vars(args), "database_url": url})
     floor_args = argparse.Namespace(**{**vars(here), "workers": 1, "threads": 1})
     servers = {"product": load.start_server(here, env, "product")}
@@ -332,6 +409,9 @@ def _run_mode(args: argparse.Namespace, env: dict[str, str], mode: str, url: str
                     if kind == "result":
                         result = message[0]
                         break
+                    if kind == "measured":
+                        _measured_progress(mode, message[0])
+                        continue
                     finished, at, generator_cpu = message
                     mark = {"finished": finished, "at": at, "generator_cpu": generator_cpu,
                             "load": os.getloadavg()[0], "tables": table_state(db),
@@ -364,6 +444,13 @@ def _progress(mode: str, boundaries: list[dict[str, Any]]) -> None:
     last = boundaries[-1]
     tables = ", ".join(f"{t} dead {s['dead']} (autovacuums {s['autovacuums']})" for t, s in last["tables"].items())
     print(f"[{mode}] {last['finished']} tasks finished; {tables}", file=sys.stderr, flush=True)
+
+
+def _measured_progress(mode: str, window: dict[str, Any]) -> None:
+    sn, key = window["latency"]["submit+next"], window["latency"]["rate"]
+    print(f"[{mode}] measured at {window['at']} tasks: submit + next p95 {sn['p95']:.1f} p99 {sn['p99']:.1f} ms"
+          f" ({sn['count']}), key press p95 {key['p95']:.1f} p99 {key['p99']:.1f} ms ({key['count']});"
+          f" errors {window['errors']}", file=sys.stderr, flush=True)  # fmt: skip
 
 
 # --- the report ---------------------------------------------------------------------
@@ -400,6 +487,22 @@ def windows_of(run: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def measured_of(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per measured window at real pace: p50/p95/p99 and CPU of submit + next and the key press."""
+    rows = []
+    for window in run["result"].get("measured", []):
+        row: dict[str, Any] = {"tasks": window["at"], "wall_s": window["wall_s"], "finished": window["finished"],
+                               "tasks_per_s": window["finished"] / window["wall_s"],
+                               "generator_share": window["generator_share"], "errors": window["errors"]}  # fmt: skip
+        for name in ("submit+next", "rate"):
+            values = window["stats"].get(name, [])
+            app, pg = _cost(window["costs"].get(name, []))
+            row[name] = {"count": len(values), "p50": load.pct(values, 50), "p95": load.pct(values, 95),
+                         "p99": load.pct(values, 99), "cpu_ms": app + pg, "pg_ms": pg}  # fmt: skip
+        rows.append(row)
+    return rows
+
+
 def _ratio(end: float, start: float) -> float:
     return end / start if start else float("nan")
 
@@ -423,8 +526,25 @@ def report(run: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
               f"{row['load']:>6.1f}")  # fmt: skip
     for row in rows if args.explain else []:
         print(f"-- the next-task search after {row['tasks']} tasks:\n   " + "\n   ".join(row["plan"] or []))
+    measured = measured_of(run)
+    if measured:
+        print(f"-- measured at real pace: {args.measure_labelers} labelers, think {args.measure_think} s,"
+              f" {args.measure_seconds:g} s at each checkpoint")  # fmt: skip
+        print(f"{'tasks':>7}{'tasks/s':>8}{'s+n n':>7}{'p50':>6}{'p95':>6}{'p99':>6}{'s+n ms':>7}"
+              f"{'key n':>7}{'p50':>6}{'p95':>6}{'p99':>6}{'key ms':>7}{'gen %':>6}{'errors':>7}")  # fmt: skip
+        for row in measured:
+            sn, key = row["submit+next"], row["rate"]
+            print(f"{row['tasks']:>7}{row['tasks_per_s']:>8.1f}{sn['count']:>7}{sn['p50']:>6.1f}{sn['p95']:>6.1f}"
+                  f"{sn['p99']:>6.1f}{sn['cpu_ms']:>7.2f}{key['count']:>7}{key['p50']:>6.1f}{key['p95']:>6.1f}"
+                  f"{key['p99']:>6.1f}{key['cpu_ms']:>7.2f}{100 * row['generator_share']:>6.0f}"
+                  f"{row['errors']:>7}")  # fmt: skip
+        worst = {name: (max(r[name]["p95"] for r in measured), max(r[name]["p99"] for r in measured))
+                 for name in ("submit+next", "rate")}  # fmt: skip
+        print(f"worst checkpoint: submit + next p95 {worst['submit+next'][0]:.1f} / p99 {worst['submit+next'][1]:.1f}"
+              f" ms, key press p95 {worst['rate'][0]:.1f} / p99 {worst['rate'][1]:.1f} ms")  # fmt: skip
     print(f"errors {result['errors']} (floor {result['floor_errors']}); {run['stored_check']}")
     summary: dict[str, Any] = {"mode": run["mode"], "reloptions": run["reloptions"], "windows": rows,
+                               "measured": measured,
                                "errors": result["errors"], "stored_ok": run["stored_check"].endswith("OK")}  # fmt: skip
     if len(rows) >= 2:
         first, last = rows[0], rows[-1]
@@ -437,6 +557,16 @@ def report(run: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
             print(f"{label} CPU, last window / first: {ratio:.2f} (PostgreSQL {pg:.2f}); floor {floor_ratio:.2f};"
                   f" over the floor {_ratio(ratio, floor_ratio):.2f}")  # fmt: skip
     return summary
+
+
+def _think(parser: argparse.ArgumentParser, flag: str, value: str) -> tuple[float, float]:
+    try:
+        low, high = (float(x) for x in value.split(","))
+    except ValueError:
+        parser.error(f"{flag} {value!r}: expected two numbers of seconds, LOW,HIGH (e.g. 1,5)")
+    if not 0 <= low <= high:
+        parser.error(f"{flag} {value!r}: expected 0 <= LOW <= HIGH")
+    return low, high
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -463,10 +593,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cache-url", default="redis://127.0.0.1:6379/11", help="the servers' CACHE_URL (sessions)")
     parser.add_argument("--max-hours", type=float, default=12.0, help="stop a mode after this long, finished or not")
     parser.add_argument("--json", help="also write the windows of every mode to this file")
+    parser.add_argument("--measure-seconds", type=float, default=0.0,
+                        help="a measured window at real pace this long at the start and after every --window tasks"
+                             " (0: none; the campaign's own labelers are the load throughout)")  # fmt: skip
+    parser.add_argument("--measure-labelers", type=int, default=200, help="labelers of the measured windows")
+    parser.add_argument("--measure-think", default="1,5", help="think time range of the measured windows (s)")
     args = parser.parse_args(argv)
-    args.think_range = tuple(float(x) for x in args.think.split(","))
-    args.solutions = args.solutions or args.tasks + args.tasks // 10 + args.labelers
-    args.max_labelers = 2 * (args.labelers + 1)
+    args.think_range = _think(parser, "--think", args.think)
+    args.measure_think_range = _think(parser, "--measure-think", args.measure_think)
+    if args.measure_seconds <= 0:
+        args.measure_labelers = 0
+    args.solutions = args.solutions or args.tasks + args.tasks // 10 + args.labelers + args.measure_labelers
+    args.max_labelers = 2 * (args.labelers + args.measure_labelers + 1)
     args.access_log, args.baseline = False, None
     modes = [m for m in args.modes.split(",") if m]
     if unknown := set(modes) - set(MODES):
@@ -487,7 +625,7 @@ def main(argv: list[str] | None = None) -> None:
                WHERE g.number = %s AND t.status = 'open' AND t.kind = 'normal'""",
             [load.LOAD_GENERATION],
         ).fetchone()[0]
-    if open_tasks < args.tasks + args.labelers + 1:
+    if open_tasks < args.tasks + args.labelers + args.measure_labelers + 1:
         raise SystemExit(f"the database has {open_tasks} open tasks, fewer than --tasks and a lease for each"
                          " labeler: --rebuild (with --solutions)")  # fmt: skip
     settle(args.database_url)

@@ -350,6 +350,10 @@ class Labeler:
         self.http_errors = 0
         # Set to end the run before its deadline (benchmarks/labeling_campaign.py: once enough tasks are finished).
         self.stop = threading.Event()
+        # (assignment, step) where a stopped run left its task: the next run, handed the same task back by
+        # /next/, goes on from there, as a returning labeler does (re-rating a step would be acknowledged
+        # twice and stored once).
+        self.left_at: tuple[int, int] | None = None
 
     def request(self, label: str, method: str, path: str, body: dict[str, Any] | None = None,
                 htmx: bool = False, as_json: bool = False) -> tuple[int, dict[str, str], str]:  # fmt: skip
@@ -412,9 +416,12 @@ class Labeler:
         if status != 200:
             return
         version = _state_version(page)
+        first = self.left_at[1] if self.left_at and self.left_at[0] == assignment else 0
+        self.left_at = None
         while assignment is not None and time.monotonic() < deadline and not self.stop.is_set():
-            for i in range(n_steps):
+            for i in range(first, n_steps):
                 if time.monotonic() >= deadline or self.stop.is_set():
+                    self.left_at = (assignment, i)
                     return
                 if think:
                     time.sleep(random.uniform(*think))
@@ -438,6 +445,7 @@ class Labeler:
                     self.acked += 1
                 if rating == -1:
                     break
+            first = 0
             if think:
                 time.sleep(random.uniform(*think))
             status, _, text = self.request(

@@ -46,3 +46,45 @@ def test_a_tiny_campaign_finishes_its_tasks_and_reports_each_window(tmp_path):
         assert first["floor press"]["count"] >= 1 and first["floor_ms"] > 0
         assert any("task_queue_idx" in line for line in first["plan"])
     assert "submit + next CPU, last window / first" in run.stdout
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_measured_windows_at_real_pace_run_at_the_start_and_after_every_boundary(tmp_path):
+    server = urllib.parse.urlparse(database_url())
+    name = f"bench_campaign_test_{uuid.uuid4().hex[:8]}"
+    url = server._replace(path=f"/{name}").geturl()
+    out = tmp_path / "campaign.json"
+    command = [sys.executable, "benchmarks/labeling_campaign.py", "--database-url", url, "--tasks", "12",
+               "--window", "6", "--labelers", "2", "--think", "0,0", "--solutions", "60", "--steps", "2",
+               "--workers", "1", "--modes", "off", "--floor-interval", "0.02", "--port", "8793",
+               "--measure-seconds", "3", "--measure-labelers", "3", "--measure-think", "0.5,1",
+               "--json", str(out)]  # fmt: skip
+    try:
+        run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    finally:
+        import psycopg
+
+        with psycopg.connect(server._replace(path="/postgres").geturl(), autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    (mode,) = json.loads(out.read_text())
+    measured = mode["measured"]
+    # One at the fresh queue, then one after each boundary the fast labelers reached.
+    assert measured[0]["tasks"] == 0 and len(measured) >= 2
+    assert [m["tasks"] for m in measured] == sorted(m["tasks"] for m in measured)
+    for window in measured:
+        assert window["rate"]["count"] >= 3 and window["rate"]["p95"] > 0
+        assert window["errors"] == 0
+    assert sum(m["submit+next"]["count"] for m in measured) >= 3
+    # The measured labelers' ratings are in the stored == acknowledged check, and the campaign still finishes.
+    assert mode["errors"] == 0 and mode["stored_ok"]
+    assert mode["windows"][-1]["tasks"] == 12
+    assert "measured at real pace: 3 labelers" in run.stdout and "worst checkpoint" in run.stdout
+
+
+def test_a_malformed_think_range_is_refused_with_the_flag_named():
+    run = subprocess.run([sys.executable, "benchmarks/labeling_campaign.py", "--measure-think", "5,1"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert run.returncode == 2
+    assert "--measure-think '5,1': expected 0 <= LOW <= HIGH" in run.stderr
