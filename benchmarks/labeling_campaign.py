@@ -231,6 +231,9 @@ def _run_all(labelers: list[_CountingLabeler], deadline: float, think: tuple[flo
     """Runs each labeler in its own thread (arriving at ``--spawn-rate``) until the deadline or ``until`` is set."""
     for lab in labelers:
         lab.stop.clear()
+        # A labeler back after a pause opens a new connection, as a browser does: the server closed the
+        # idle one (gunicorn --keep-alive), and a request on it would fail.
+        lab.conn.close()
     threads = [
         threading.Thread(target=lab.run, args=(deadline, think, args.steps, i / args.spawn_rate if args.spawn_rate
                                                else 0.0), daemon=True)
@@ -597,6 +600,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="a measured window at real pace this long at the start and after every --window tasks"
                              " (0: none; the campaign's own labelers are the load throughout)")  # fmt: skip
     parser.add_argument("--measure-labelers", type=int, default=200, help="labelers of the measured windows")
+    parser.add_argument("--keep-alive", type=int, default=75, help="seconds gunicorn keeps an idle connection")
     parser.add_argument("--measure-think", default="1,5", help="think time range of the measured windows (s)")
     args = parser.parse_args(argv)
     args.think_range = _think(parser, "--think", args.think)

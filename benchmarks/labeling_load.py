@@ -308,8 +308,9 @@ def start_server(args: argparse.Namespace, env: dict[str, str], app: str = "prod
         env = static
     server = subprocess.Popen(
         [str(ROOT / ".venv" / "bin" / "gunicorn"), "annotate.wsgi", "-w", str(args.workers),
-         "--worker-class", "gthread", "--threads", str(args.threads), "--keep-alive", "75", "-b",
-         f"127.0.0.1:{port}", "--access-logfile", "-" if args.access_log else "/dev/null",
+         "--worker-class", "gthread", "--threads", str(args.threads),
+         "--keep-alive", str(getattr(args, "keep_alive", 75)), "-b", f"127.0.0.1:{port}",
+         "--access-logfile", "-" if args.access_log else "/dev/null",
          "--log-level", "warning", "--backlog", "2048"],
         cwd=root, env=server_env(args, env, app),
     )  # fmt: skip

@@ -56,10 +56,11 @@ def test_measured_windows_at_real_pace_run_at_the_start_and_after_every_boundary
     url = server._replace(path=f"/{name}").geturl()
     out = tmp_path / "campaign.json"
     command = [sys.executable, "benchmarks/labeling_campaign.py", "--database-url", url, "--tasks", "12",
-               "--window", "6", "--labelers", "2", "--think", "0,0", "--solutions", "60", "--steps", "2",
+               "--window", "6", "--labelers", "2", "--think", "0.3,0.5", "--solutions", "60", "--steps", "2",
                "--workers", "1", "--modes", "off", "--floor-interval", "0.02", "--port", "8793",
                "--measure-seconds", "3", "--measure-labelers", "3", "--measure-think", "0.5,1",
-               "--json", str(out)]  # fmt: skip
+               # Shorter than a pause between windows: a labeler coming back must not reuse a closed connection.
+               "--keep-alive", "1", "--json", str(out)]  # fmt: skip
     try:
         run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     finally:
