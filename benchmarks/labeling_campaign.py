@@ -44,6 +44,18 @@ The pace of a real campaign (200 labelers, 1-5 s between clicks) is about
 7 tasks a second: 100k tasks take four hours. A shorter think time packs the
 same tasks into less time, which gives autovacuum fewer chances per task
 than production would; the dead rows it reports show how far it kept up.
+
+Measured windows (``--measure-seconds``): the latency budget is for the real
+pace, so the campaign can alternate. At the fresh queue and after every
+``--window`` tasks, the fast labelers pause and ``--measure-labelers``
+others (default 200) work at ``--measure-think`` (default 1-5 s) for
+``--measure-seconds``; their p50/p95/p99 are reported per checkpoint, apart
+from the windows of tasks. They are the same labelers at every checkpoint and
+go on with the task they left, as people coming back do; their ratings are in
+the stored == acknowledged check. Their tasks count towards ``--tasks``.
+
+  .venv/bin/python benchmarks/labeling_campaign.py --tasks 100000 --labelers 40 --think 0.05,0.3 \
+      --measure-seconds 120 --modes shipped
 """
 
 from __future__ import annotations
