@@ -53,6 +53,8 @@ others (default 200) work at ``--measure-think`` (default 1-5 s) for
 from the windows of tasks. They are the same labelers at every checkpoint and
 go on with the task they left, as people coming back do; their ratings are in
 the stored == acknowledged check. Their tasks count towards ``--tasks``.
+The floor's presses in the same seconds are reported beside them: the
+latency the machine gives a one-statement press at that moment.
 
   .venv/bin/python benchmarks/labeling_campaign.py --tasks 100000 --labelers 40 --think 0.05,0.3 \
       --measure-seconds 120 --modes shipped
@@ -268,21 +270,25 @@ def _run_all(labelers: list[_CountingLabeler], deadline: float, think: tuple[flo
 
 
 def _measure(labelers: list[_CountingLabeler], windows: Windows, args: argparse.Namespace,
-             deadline: float) -> dict[str, Any]:  # fmt: skip
+             deadline: float, floor: load.Labeler) -> dict[str, Any]:  # fmt: skip
     """A window at real pace: ``--measure-labelers`` labelers, ``--measure-think`` between clicks, for
     ``--measure-seconds``. Its requests are kept apart from the windows of tasks (whose CPU they still count in).
 
-    The same labelers come back at every checkpoint and go on with the task they left."""
+    The same labelers come back at every checkpoint and go on with the task they left. The floor's presses
+    during the window are its same-run baseline: their latency moves with the machine, not with the queue."""
     stats: dict[str, list[float]] = defaultdict(list)
     costs: dict[str, list[list[int]]] = defaultdict(list)
     counters = ("acked", "unanswered_ratings", "errors", "http_errors")
     before = {name: sum(getattr(x, name) for x in labelers) for name in counters}
     for lab in labelers:
         lab.stats, lab.costs = stats, costs
+    floor_sinks = floor.stats, floor.costs
+    floor.stats, floor.costs = stats, costs  # its own label (FLOOR) keeps it apart
     usage = resource.getrusage(resource.RUSAGE_SELF)
     start, cpu, finished = time.monotonic(), usage.ru_utime + usage.ru_stime, windows.finished
     think = None if args.measure_think_range == (0.0, 0.0) else args.measure_think_range
     _run_all(labelers, min(deadline, start + args.measure_seconds), think, args)
+    floor.stats, floor.costs = floor_sinks
     usage = resource.getrusage(resource.RUSAGE_SELF)
     wall = time.monotonic() - start
     return {"at": finished, "wall_s": wall, "finished": windows.finished - finished,
@@ -326,7 +332,7 @@ def drive(port: int, floor_port: int, sessions: list[dict[str, str]], floor_sess
 
     def measure() -> None:
         if measured_labelers and time.monotonic() < deadline:
-            measured.append(_measure(measured_labelers, windows, args, deadline))
+            measured.append(_measure(measured_labelers, windows, args, deadline, floor))
             out.send(("measured", {k: v for k, v in measured[-1].items() if k not in ("stats", "costs")}
                       | {"latency": _latency(measured[-1]["stats"])}))  # fmt: skip
 
@@ -509,7 +515,7 @@ def measured_of(run: dict[str, Any]) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"tasks": window["at"], "wall_s": window["wall_s"], "finished": window["finished"],
                                "tasks_per_s": window["finished"] / window["wall_s"],
                                "generator_share": window["generator_share"], "errors": window["errors"]}  # fmt: skip
-        for name in ("submit+next", "rate"):
+        for name in ("submit+next", "rate", FLOOR):
             values = window["stats"].get(name, [])
             app, pg = _cost(window["costs"].get(name, []))
             row[name] = {"count": len(values), "p50": load.pct(values, 50), "p95": load.pct(values, 95),
@@ -546,13 +552,14 @@ def report(run: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         print(f"-- measured at real pace: {args.measure_labelers} labelers, think {args.measure_think} s,"
               f" {args.measure_seconds:g} s at each checkpoint")  # fmt: skip
         print(f"{'tasks':>7}{'tasks/s':>8}{'s+n n':>7}{'p50':>6}{'p95':>6}{'p99':>6}{'s+n ms':>7}"
-              f"{'key n':>7}{'p50':>6}{'p95':>6}{'p99':>6}{'key ms':>7}{'gen %':>6}{'errors':>7}")  # fmt: skip
+              f"{'key n':>7}{'p50':>6}{'p95':>6}{'p99':>6}{'key ms':>7}{'floor p95':>10}{'p99':>6}{'gen %':>6}"
+              f"{'errors':>7}")  # fmt: skip
         for row in measured:
-            sn, key = row["submit+next"], row["rate"]
+            sn, key, floor = row["submit+next"], row["rate"], row[FLOOR]
             print(f"{row['tasks']:>7}{row['tasks_per_s']:>8.1f}{sn['count']:>7}{sn['p50']:>6.1f}{sn['p95']:>6.1f}"
                   f"{sn['p99']:>6.1f}{sn['cpu_ms']:>7.2f}{key['count']:>7}{key['p50']:>6.1f}{key['p95']:>6.1f}"
-                  f"{key['p99']:>6.1f}{key['cpu_ms']:>7.2f}{100 * row['generator_share']:>6.0f}"
-                  f"{row['errors']:>7}")  # fmt: skip
+                  f"{key['p99']:>6.1f}{key['cpu_ms']:>7.2f}{floor['p95']:>10.1f}{floor['p99']:>6.1f}"
+                  f"{100 * row['generator_share']:>6.0f}{row['errors']:>7}")  # fmt: skip
         worst = {name: (max(r[name]["p95"] for r in measured), max(r[name]["p99"] for r in measured))
                  for name in ("submit+next", "rate")}  # fmt: skip
         print(f"worst checkpoint: submit + next p95 {worst['submit+next'][0]:.1f} / p99 {worst['submit+next'][1]:.1f}"

@@ -77,6 +77,8 @@ def test_measured_windows_at_real_pace_run_at_the_start_and_after_every_boundary
     for window in measured:
         assert window["rate"]["count"] >= 3 and window["rate"]["p95"] > 0
         assert window["errors"] == 0
+        # The same-run baseline: the floor's presses during the window, apart from the product's.
+        assert window["floor press"]["count"] >= 10 and window["floor press"]["p95"] > 0
     assert sum(m["submit+next"]["count"] for m in measured) >= 3
     # The measured labelers' ratings are in the stored == acknowledged check, and the campaign still finishes.
     assert mode["errors"] == 0 and mode["stored_ok"]
