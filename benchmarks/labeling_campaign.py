@@ -85,6 +85,7 @@ from benchmarks import labeling_load as load
 MODES = ("off", "default", "shipped")
 QUEUE_TABLES = ("labeling_task", "labeling_assignment")
 FLOOR = "floor press"  # the baseline's requests, apart from the product's endpoints
+COUNTERS = ("acked", "unanswered_ratings", "errors", "http_errors")  # load.Labeler's, summed over labelers
 
 
 # --- databases ----------------------------------------------------------------
@@ -203,12 +204,11 @@ class _Current(dict[str, list[Any]]):
 
 
 class _CountingLabeler(load.Labeler):
-    """Counts its finished tasks into the campaign; its requests go to the window at hand or to ``sinks``."""
+    """Counts its finished tasks into the campaign; its requests go to the window at hand (or, measured, to
+    the measured window's, see ``_measure``)."""
 
-    def __init__(self, port: int, cookies: dict[str, str], windows: Windows, rate_via: str,
-                 sinks: tuple[dict[str, list[float]], dict[str, list[list[int]]]] | None = None) -> None:  # fmt: skip
-        stats, costs = sinks or (_Current(windows, "stats"), _Current(windows, "costs"))
-        super().__init__(port, cookies, stats, windows.lock, costs, rate_via)
+    def __init__(self, port: int, cookies: dict[str, str], windows: Windows, rate_via: str) -> None:
+        super().__init__(port, cookies, _Current(windows, "stats"), windows.lock, _Current(windows, "costs"), rate_via)
         self.windows = windows
 
     def request(self, label: str, method: str, path: str, body: dict[str, Any] | None = None,
@@ -278,8 +278,7 @@ def _measure(labelers: list[_CountingLabeler], windows: Windows, args: argparse.
     during the window are its same-run baseline: their latency moves with the machine, not with the queue."""
     stats: dict[str, list[float]] = defaultdict(list)
     costs: dict[str, list[list[int]]] = defaultdict(list)
-    counters = ("acked", "unanswered_ratings", "errors", "http_errors")
-    before = {name: sum(getattr(x, name) for x in labelers) for name in counters}
+    before = {name: sum(getattr(x, name) for x in labelers) for name in COUNTERS}
     for lab in labelers:
         lab.stats, lab.costs = stats, costs
     floor_sinks = floor.stats, floor.costs
@@ -294,7 +293,7 @@ def _measure(labelers: list[_CountingLabeler], windows: Windows, args: argparse.
     return {"at": finished, "wall_s": wall, "finished": windows.finished - finished,
             "generator_share": (usage.ru_utime + usage.ru_stime - cpu) / wall,
             "stats": dict(stats), "costs": dict(costs),
-            **{name: sum(getattr(x, name) for x in labelers) - before[name] for name in counters}}  # fmt: skip
+            **{name: sum(getattr(x, name) for x in labelers) - before[name] for name in COUNTERS}}  # fmt: skip
 
 
 def drive(port: int, floor_port: int, sessions: list[dict[str, str]], floor_session: dict[str, str],
@@ -310,11 +309,10 @@ def drive(port: int, floor_port: int, sessions: list[dict[str, str]], floor_sess
         out.send(("boundary", finished, time.monotonic(), usage.ru_utime + usage.ru_stime))
 
     windows = Windows(args.window, args.tasks, boundary)
-    labelers = [_CountingLabeler(port, cookies, windows, args.rate_via) for cookies in sessions[: args.labelers]]
-    sinks: tuple[dict[str, list[float]], dict[str, list[list[int]]]] = ({}, {})  # replaced by each window's
-    measured_labelers = [
-        _CountingLabeler(port, cookies, windows, args.rate_via, sinks) for cookies in sessions[args.labelers :]
-    ]
+    labelers, measured_labelers = (
+        [_CountingLabeler(port, cookies, windows, args.rate_via) for cookies in part]
+        for part in (sessions[: args.labelers], sessions[args.labelers :])
+    )
     floor = load.Labeler(
         floor_port, floor_session, _Current(windows, "stats"), windows.lock, _Current(windows, "costs")
     )
@@ -348,22 +346,17 @@ def drive(port: int, floor_port: int, sessions: list[dict[str, str]], floor_sess
     campaign_over.set()
     floor_thread.join(30)
     usage = resource.getrusage(resource.RUSAGE_SELF)
+    everyone = labelers + measured_labelers
     out.send(("result", {
         "stats": [dict(s) for s in windows.stats], "costs": [dict(c) for c in windows.costs],
         "measured": measured, "finished": windows.finished,
-        "acked": sum(x.acked for x in labelers) + sum(m["acked"] for m in measured),
-        "unanswered_ratings": sum(x.unanswered_ratings for x in labelers)
-        + sum(m["unanswered_ratings"] for m in measured),
-        "errors": sum(x.errors for x in labelers) + sum(m["errors"] for m in measured),
-        "http_errors": sum(x.http_errors for x in labelers) + sum(m["http_errors"] for m in measured),
+        **{name: sum(getattr(x, name) for x in everyone) for name in COUNTERS},
         "floor": floor_result, "floor_errors": floor.errors, "generator_cpu": usage.ru_utime + usage.ru_stime,
     }))  # fmt: skip
 
 
 def _latency(stats: dict[str, list[float]]) -> dict[str, dict[str, float]]:
-    return {name: {"count": len(stats.get(name, [])), "p50": load.pct(stats.get(name, []), 50),
-                   "p95": load.pct(stats.get(name, []), 95), "p99": load.pct(stats.get(name, []), 99)}
-            for name in ("submit+next", "rate")}  # fmt: skip
+    return {name: _requests(stats.get(name, []), []) for name in ("submit+next", "rate")}
 
 
 # --- one mode -------------------------------------------------------------------
@@ -475,6 +468,13 @@ def _measured_progress(mode: str, window: dict[str, Any]) -> None:
 
 
 # --- the report ---------------------------------------------------------------------
+def _requests(values: list[float], costs: list[list[int]]) -> dict[str, float]:
+    """One label's requests: their count, latency percentiles (ms) and mean CPU per request (ms)."""
+    app, pg = _cost(costs)
+    return {"count": len(values), "p50": load.pct(values, 50), "p95": load.pct(values, 95),
+            "p99": load.pct(values, 99), "app_ms": app, "pg_ms": pg, "cpu_ms": app + pg}  # fmt: skip
+
+
 def _cost(costs: list[list[int]]) -> tuple[float, float]:
     """Mean app and PostgreSQL CPU in ms per request (probe fields 3 and 4: app_us, pg_us)."""
     if not costs:
@@ -499,10 +499,7 @@ def windows_of(run: dict[str, Any]) -> list[dict[str, Any]]:
                / max(product, 1),
                "autovacuum_s": b["autovacuum_autovacuum"] - a["autovacuum_autovacuum"]}  # fmt: skip
         for name in ("submit+next", "rate", FLOOR):
-            values = stats.get(name, [])
-            app, pg = _cost(costs.get(name, []))
-            row[name] = {"count": len(values), "p50": load.pct(values, 50), "p95": load.pct(values, 95),
-                         "p99": load.pct(values, 99), "app_ms": app, "pg_ms": pg, "cpu_ms": app + pg}  # fmt: skip
+            row[name] = _requests(stats.get(name, []), costs.get(name, []))
         row["floor_ms"] = row[FLOOR]["cpu_ms"]
         rows.append(row)
     return rows
@@ -516,10 +513,7 @@ def measured_of(run: dict[str, Any]) -> list[dict[str, Any]]:
                                "tasks_per_s": window["finished"] / window["wall_s"],
                                "generator_share": window["generator_share"], "errors": window["errors"]}  # fmt: skip
         for name in ("submit+next", "rate", FLOOR):
-            values = window["stats"].get(name, [])
-            app, pg = _cost(window["costs"].get(name, []))
-            row[name] = {"count": len(values), "p50": load.pct(values, 50), "p95": load.pct(values, 95),
-                         "p99": load.pct(values, 99), "cpu_ms": app + pg, "pg_ms": pg}  # fmt: skip
+            row[name] = _requests(window["stats"].get(name, []), window["costs"].get(name, []))
         rows.append(row)
     return rows
 
@@ -581,16 +575,6 @@ def report(run: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     return summary
 
 
-def _think(parser: argparse.ArgumentParser, flag: str, value: str) -> tuple[float, float]:
-    try:
-        low, high = (float(x) for x in value.split(","))
-    except ValueError:
-        parser.error(f"{flag} {value!r}: expected two numbers of seconds, LOW,HIGH (e.g. 1,5)")
-    if not 0 <= low <= high:
-        parser.error(f"{flag} {value!r}: expected 0 <= LOW <= HIGH")
-    return low, high
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/bench_campaign",
@@ -619,11 +603,12 @@ def main(argv: list[str] | None = None) -> None:
                         help="a measured window at real pace this long at the start and after every --window tasks"
                              " (0: none; the campaign's own labelers are the load throughout)")  # fmt: skip
     parser.add_argument("--measure-labelers", type=int, default=200, help="labelers of the measured windows")
-    parser.add_argument("--keep-alive", type=int, default=75, help="seconds gunicorn keeps an idle connection")
+    parser.add_argument("--keep-alive", type=int, default=load.KEEP_ALIVE_S,
+                        help="seconds gunicorn keeps an idle connection")  # fmt: skip
     parser.add_argument("--measure-think", default="1,5", help="think time range of the measured windows (s)")
     args = parser.parse_args(argv)
-    args.think_range = _think(parser, "--think", args.think)
-    args.measure_think_range = _think(parser, "--measure-think", args.measure_think)
+    args.think_range = load.think_range(parser, "--think", args.think)
+    args.measure_think_range = load.think_range(parser, "--measure-think", args.measure_think)
     if args.measure_seconds <= 0:
         args.measure_labelers = 0
     args.solutions = args.solutions or args.tasks + args.tasks // 10 + args.labelers + args.measure_labelers

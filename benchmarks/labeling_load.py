@@ -76,6 +76,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PY = str(ROOT / ".venv" / "bin" / "python")
 HISTORY_GENERATION, LOAD_GENERATION = 9000, 9001
 COST_HEADER = "X-Bench-Cost"  # benchmarks.serving.probe
+KEEP_ALIVE_S = 75  # gunicorn --keep-alive: longer than a labeler's pause between clicks
 PASSWORD = "bench-password-1"
 QC_POOL = 20  # QC_ITEMS_MAX's default: the QC items of one generation
 
@@ -309,7 +310,7 @@ def start_server(args: argparse.Namespace, env: dict[str, str], app: str = "prod
     server = subprocess.Popen(
         [str(ROOT / ".venv" / "bin" / "gunicorn"), "annotate.wsgi", "-w", str(args.workers),
          "--worker-class", "gthread", "--threads", str(args.threads),
-         "--keep-alive", str(getattr(args, "keep_alive", 75)), "-b", f"127.0.0.1:{port}",
+         "--keep-alive", str(getattr(args, "keep_alive", KEEP_ALIVE_S)), "-b", f"127.0.0.1:{port}",
          "--access-logfile", "-" if args.access_log else "/dev/null",
          "--log-level", "warning", "--backlog", "2048"],
         cwd=root, env=server_env(args, env, app),
@@ -735,6 +736,17 @@ def compare(args: argparse.Namespace, steps: list[int], think: tuple[float, floa
             print(f"{label:<34}{p:>10.2f}{f:>10.2f}{p / f if f else float('nan'):>8.2f}")
 
 
+def think_range(parser: argparse.ArgumentParser, flag: str, value: str) -> tuple[float, float]:
+    """``LOW,HIGH`` seconds between clicks, or the parser's error naming the flag."""
+    try:
+        low, high = (float(x) for x in value.split(","))
+    except ValueError:
+        parser.error(f"{flag} {value!r}: expected two numbers of seconds, LOW,HIGH (e.g. 1,5)")
+    if not 0 <= low <= high:
+        parser.error(f"{flag} {value!r}: expected 0 <= LOW <= HIGH")
+    return low, high
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/annotate_bench_load")
@@ -815,7 +827,7 @@ def main() -> None:
     servers: dict[str, subprocess.Popen[bytes]] = {}
     results: dict[str, Any] = {}
     soak_failed = False
-    lo, hi = (float(x) for x in args.think.split(","))
+    lo, hi = think_range(parser, "--think", args.think)
     try:
         # Inside the try: a server that fails to start stops the ones started before it.
         for app in apps:
