@@ -156,12 +156,13 @@ def explain_candidate(db: Any, generation_id: int) -> list[str]:
     """
     import re
 
-    from labeling.work.hotpath import TASK_CANDIDATE
+    from labeling.work.hotpath import TASK_CANDIDATE, task_candidate_params
 
     sql = TASK_CANDIDATE.format(tried="", lock=" FOR UPDATE OF t SKIP LOCKED").replace("%s", "{}")
-    args = [generation_id, "'open'", "'normal'", "'submitted'", "'in_progress'", "now()", -1]
+    args = task_candidate_params(generation_id=generation_id, labeler_id=-1, at="now()")
+    literal = [value if isinstance(value, int) or value == "now()" else f"'{value}'" for value in args]
     with db.transaction(force_rollback=True):
-        plan = [row[0] for row in db.execute(f"EXPLAIN (ANALYZE, BUFFERS) {sql.format(*args)}").fetchall()]
+        plan = [row[0] for row in db.execute(f"EXPLAIN (ANALYZE, BUFFERS) {sql.format(*literal)}").fetchall()]
     return [re.sub(r"  \(cost=[^)]*\)", "", line) for line in plan]
 
 

@@ -25,7 +25,7 @@ from django.urls import path
 from django.utils import timezone
 
 from annotate.postgresql import prepared_cursor
-from labeling.work.hotpath import TASK_CANDIDATE
+from labeling.work.hotpath import TASK_CANDIDATE, task_candidate_params
 
 OWNER = "(SELECT id FROM labeling_labeler WHERE user_id = %(user)s)"
 GAP_MS = "(EXTRACT(EPOCH FROM (%(now)s - COALESCE(a.last_activity_at, a.started_at))) * 1000)::bigint"
@@ -144,7 +144,7 @@ def _lease_next(cursor: Any, params: dict[str, Any], labeler: int) -> tuple[int,
     with connection.cursor() as search:
         search.execute(
             TASK_CANDIDATE.format(tried="", lock=" FOR UPDATE OF t SKIP LOCKED"),
-            [params["generation"], "open", "normal", "submitted", "in_progress", params["now"], labeler],
+            task_candidate_params(generation_id=params["generation"], labeler_id=labeler, at=params["now"]),
         )
         found = search.fetchone()
     if found is None:

@@ -14,7 +14,11 @@ hold only QC items.
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.db import IntegrityError, connection, transaction
@@ -23,7 +27,13 @@ from django.utils import timezone
 
 from labeling.models import Assignment, AssignmentStatus, LabelerStatus, Task, TaskKind
 from labeling.quality.control import ROLLING_WINDOW_IDS, WINDOW_GOLD, WINDOW_ITEMS, WINDOW_RATINGS
-from labeling.work.hotpath import LABELER_LOCK, QUALITY_CONTROL_UNSEEN, quality_control_unseen_ids
+from labeling.work.hotpath import (
+    LABELER_LOCK,
+    QUALITY_CONTROL_UNSEEN,
+    TASK_CANDIDATE,
+    quality_control_unseen_ids,
+    task_candidate_params,
+)
 from labeling.work.queue import assignment_next
 from tests.labeling.gold_factories import make_qc_pool, make_screening_set
 from tests.labeling.workflow_factories import FixedDraw, make_assignment, make_generation, make_labeler, make_task
@@ -149,3 +159,48 @@ def test_a_windows_items_and_gold_are_reached_from_its_assignment_ids():
     assert "(solution_id = t.solution_id)" in gold, gold
     ratings = _generic_plan(WINDOW_RATINGS.format(ids=placeholders), ids)
     assert "labeling_labeledstep_assignment_id" in ratings or "labeled_step_unique_index" in ratings, ratings
+
+
+def _subplans(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for child in node.get("Plans", []):
+        if "Subplan Name" in child:
+            yield child
+        yield from _subplans(child)
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the plans of PostgreSQL")
+def test_the_next_task_search_passes_over_the_tasks_being_labeled_without_counting_their_places():
+    # The front of the queue is the tasks other labelers hold right now; each
+    # search steps over them. One-place tasks with a live lease are passed over
+    # from one read of the live leases: the places of the task found, alone,
+    # are counted, however many labelers are at work.
+    g = make_generation()
+    held = [make_task(generation=g, priority=10.0 - i) for i in range(6)]
+    lapsed = make_task(generation=g, priority=3.0)
+    shared = make_task(generation=g, priority=2.0, labelers_needed=2)
+    now = timezone.now()
+    for task in held:
+        make_assignment(task, labeler=make_labeler(), lease_expires_at=now + timedelta(minutes=30))
+    make_assignment(lapsed, labeler=make_labeler(), lease_expires_at=now - timedelta(minutes=1))
+    make_assignment(shared, labeler=make_labeler(), lease_expires_at=now + timedelta(minutes=30))
+    me = make_labeler()
+    sql = TASK_CANDIDATE.format(tried="", lock=" FOR UPDATE OF t SKIP LOCKED")
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")  # as on a queue of any size: the ordered index
+        params = task_candidate_params(generation_id=g.pk, labeler_id=me.pk, at=now)
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
+        plan = cursor.fetchone()[0][0]["Plan"]
+        cursor.execute(sql, params)
+        found = cursor.fetchone()
+    assert found is not None and found[0] == lapsed.pk  # a lapsed lease holds no place
+    loops = {node["Subplan Name"]: node["Actual Loops"] for node in _subplans(plan)}
+    hashed = set(re.findall(r"hashed (SubPlan \d+)", json.dumps(plan)))
+    assert len(hashed) == 1, plan  # the live leases, read once
+    counted = [n for name, n in loops.items() if name not in hashed]
+    assert counted and max(counted) == 1, loops  # the lapsed task's places, not the six held ones'
+
+    # A second place on a task someone holds is still found, after the lapsed one.
+    past_lapsed = task_candidate_params(generation_id=g.pk, labeler_id=me.pk, at=now, tried=[lapsed.pk])
+    with connection.cursor() as cursor:
+        cursor.execute(TASK_CANDIDATE.format(tried=" AND t.id NOT IN (%s)", lock=""), past_lapsed)
+        assert cursor.fetchone()[0] == shared.pk
