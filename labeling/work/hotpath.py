@@ -547,9 +547,7 @@ TASK_CANDIDATE = f"""
 """
 
 
-def task_candidate_params(
-    *, generation_id: int, labeler_id: int, at: Any, tried: Sequence[int] = ()
-) -> list[Any]:
+def task_candidate_params(*, generation_id: int, labeler_id: int, at: Any, tried: Sequence[int] = ()) -> list[Any]:
     """TASK_CANDIDATE's values in order; ``at``: the moment, adapted for the database (leases live after it)."""
     return [generation_id, TaskStatus.OPEN, TaskKind.NORMAL, *tried, at, AssignmentStatus.SUBMITTED,
             AssignmentStatus.IN_PROGRESS, at, labeler_id]  # fmt: skip
