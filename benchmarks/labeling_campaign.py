@@ -158,11 +158,11 @@ def explain_candidate(db: Any, generation_id: int) -> list[str]:
 
     from labeling.work.hotpath import TASK_CANDIDATE, task_candidate_params
 
-    sql = TASK_CANDIDATE.format(tried="", lock=" FOR UPDATE OF t SKIP LOCKED").replace("%s", "{}")
-    args = task_candidate_params(generation_id=generation_id, labeler_id=-1, at="now()")
-    literal = [value if isinstance(value, int) or value == "now()" else f"'{value}'" for value in args]
+    sql = TASK_CANDIDATE.format(tried="", lock=" FOR UPDATE OF t SKIP LOCKED")
     with db.transaction(force_rollback=True):
-        plan = [row[0] for row in db.execute(f"EXPLAIN (ANALYZE, BUFFERS) {sql.format(*literal)}").fetchall()]
+        now = db.execute("SELECT now()").fetchone()[0]
+        args = task_candidate_params(generation_id=generation_id, labeler_id=-1, at=now)
+        plan = [row[0] for row in db.execute(f"EXPLAIN (ANALYZE, BUFFERS) {sql}", args).fetchall()]
     return [re.sub(r"  \(cost=[^)]*\)", "", line) for line in plan]
 
 

@@ -22,7 +22,6 @@ import os
 import re
 import statistics
 import sys
-import urllib.parse
 import uuid
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "annotate.settings")
 
+from benchmarks.labeling_campaign import copy_for, drop  # noqa: E402
 from benchmarks.labeling_load import _connect  # noqa: E402
 
 # The search before the live leases were read once into a hashed set: each
@@ -83,12 +83,9 @@ def main() -> None:
     django.setup()
     from labeling.work.hotpath import TASK_CANDIDATE, task_candidate_params
 
-    source = urllib.parse.urlparse(args.database_url).path.lstrip("/")
-    copy = f"{source}_search_{os.getpid()}"
-    with _connect(args.database_url, "postgres") as admin:
-        admin.execute(f'CREATE DATABASE "{copy}" TEMPLATE "{source}"')
+    copy = copy_for(args.database_url, f"search_{os.getpid()}")
     try:
-        with _connect(args.database_url, copy) as db:
+        with _connect(copy) as db:
             mark = f"search-leases {uuid.uuid4()}"
             db.execute(
                 """INSERT INTO labeling_labeler
@@ -122,8 +119,7 @@ def main() -> None:
                 print(f"{leases} | {ms['product']:.3f} | {ms['previous']:.3f} | {ms['product'] / ms['previous']:.2f} | "
                       f"{buffers['product']:.0f} | {buffers['previous']:.0f}")  # fmt: skip
     finally:
-        with _connect(args.database_url, "postgres") as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{copy}"')
+        drop(copy)
 
 
 if __name__ == "__main__":

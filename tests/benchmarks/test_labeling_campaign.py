@@ -5,43 +5,30 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import urllib.parse
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import test_database_url as database_url
-
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _campaign(tmp_path: Path, *options: str) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
-    """Runs the benchmark on a database of its own (dropped after) and returns the run and its JSON."""
-    server = urllib.parse.urlparse(database_url())
-    name = f"bench_campaign_test_{uuid.uuid4().hex[:8]}"
-    url = server._replace(path=f"/{name}").geturl()
+def _campaign(url: str, tmp_path: Path, *options: str) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
+    """Runs the benchmark on ``url`` (a scratch database) and returns the run and its JSON."""
     out = tmp_path / "campaign.json"
     command = [sys.executable, "benchmarks/labeling_campaign.py", "--database-url", url, "--steps", "2",
                "--workers", "1", "--floor-interval", "0.02", *options, "--json", str(out)]  # fmt: skip
-    try:
-        run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    finally:
-        import psycopg
-
-        with psycopg.connect(server._replace(path="/postgres").geturl(), autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     return run, json.loads(out.read_text())
 
 
 @pytest.mark.postgres
 @pytest.mark.slow
-def test_a_tiny_campaign_finishes_its_tasks_and_reports_each_window(tmp_path):
+def test_a_tiny_campaign_finishes_its_tasks_and_reports_each_window(tmp_path, scratch_database_url):
     run, modes_run = _campaign(
-        tmp_path, "--tasks", "6", "--window", "3", "--labelers", "2", "--think", "0,0", "--solutions", "40",
-        "--modes", "off,shipped", "--explain", "--port", "8791",
+        scratch_database_url, tmp_path, "--tasks", "6", "--window", "3", "--labelers", "2", "--think", "0,0",
+        "--solutions", "40", "--modes", "off,shipped", "--explain", "--port", "8791",
     )  # fmt: skip
     modes = {m["mode"]: m for m in modes_run}
     # shipped needs the cluster's autovacuum; where it is off the run says so instead.
@@ -58,9 +45,10 @@ def test_a_tiny_campaign_finishes_its_tasks_and_reports_each_window(tmp_path):
 
 @pytest.mark.postgres
 @pytest.mark.slow
-def test_measured_windows_at_real_pace_run_at_the_start_and_after_every_boundary(tmp_path):
+def test_measured_windows_at_real_pace_run_at_the_start_and_after_every_boundary(tmp_path, scratch_database_url):
     run, (mode,) = _campaign(
-        tmp_path, "--tasks", "12", "--window", "6", "--labelers", "2", "--think", "0.3,0.5", "--solutions", "60",
+        scratch_database_url, tmp_path, "--tasks", "12", "--window", "6", "--labelers", "2", "--think", "0.3,0.5",
+        "--solutions", "60",
         "--modes", "off", "--port", "8793", "--measure-seconds", "3", "--measure-labelers", "3",
         "--measure-think", "0.5,1",
         # Shorter than a pause between windows: a labeler coming back must not reuse a closed connection.

@@ -4,39 +4,27 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import urllib.parse
-import uuid
 from pathlib import Path
 
 import pytest
-
-from tests.conftest import test_database_url as database_url
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.postgres
 @pytest.mark.slow
-def test_the_search_benchmark_compares_the_two_statements_on_the_same_leased_front():
-    server = urllib.parse.urlparse(database_url())
-    name = f"bench_search_test_{uuid.uuid4().hex[:8]}"
-    url = server._replace(path=f"/{name}").geturl()
-    try:
-        built = subprocess.run(
-            [sys.executable, "benchmarks/labeling_campaign.py", "--database-url", url, "--solutions", "80",
-             "--steps", "2", "--tasks", "4", "--labelers", "2", "--modes", ""],
-            cwd=ROOT, capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-        assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
-        run = subprocess.run(
-            [sys.executable, "benchmarks/search_leases.py", "--database-url", url, "--leases", "0,30", "--rounds", "2"],
-            cwd=ROOT, capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-    finally:
-        import psycopg
-
-        with psycopg.connect(server._replace(path="/postgres").geturl(), autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+def test_the_search_benchmark_compares_the_two_statements_on_the_same_leased_front(scratch_database_url):
+    url = scratch_database_url
+    built = subprocess.run(
+        [sys.executable, "benchmarks/labeling_campaign.py", "--database-url", url, "--solutions", "80",
+         "--steps", "2", "--tasks", "4", "--labelers", "2", "--modes", ""],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    run = subprocess.run(
+        [sys.executable, "benchmarks/search_leases.py", "--database-url", url, "--leases", "0,30", "--rounds", "2"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
     # It exits non-zero where the two statements find different tasks.
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     rows = {int(cells[0]): [float(c) for c in cells[1:]] for line in run.stdout.splitlines()[1:]
