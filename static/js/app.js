@@ -26,8 +26,8 @@
   var seq = 0;          // phase 1: highest version sent or seen
   var shown = {};       // phase 1: assignment id -> highest version swapped in
   var inflight = 0;     // phase 1: htmx requests in flight
-  var pendingKeys = []; // phase 1: keys pressed while a save was in flight
-  var settling = false; // phase 1: a panel is swapped in and not settled yet: its cursor is not set
+  var pendingKeys = []; // keys pressed while a save was in flight (phase 1) or a new panel settles
+  var settling = false; // a panel is swapped in and not settled yet: its cursor (and, phase 2, its queue) is not set
   var cursorId = null;
 
   var queue = null;     // phase 2: the press queue of the panel shown
@@ -41,7 +41,7 @@
   var LANDING_KEY = "annotate.presses-landing";
 
   // What the browser tests (and anyone curious) can ask: is anything unsaved?
-  window.pressQueue = { busy: function () { return loading || !!awaited || !!(queue && queue.busy()); } };
+  window.pressQueue = { busy: function () { return loading || !!awaited || pendingKeys.length > 0 || !!(queue && queue.busy()); } };
 
   function panel() { return document.getElementById("task"); }
   function completions() { return Array.prototype.slice.call(document.querySelectorAll("#task form.completion")); }
@@ -402,9 +402,10 @@
     if (e.key === "Enter" && t && t.closest && t.closest("button, a") && !t.closest("form.completion")) return;
     e.preventDefault();
     var key = e.key === "F" ? "f" : e.key;
-    // Until the panel a response brings has settled, the cursor is the old panel's:
-    // a key pressed then waits for it, as one pressed while the request was in flight.
-    if (!queue && (inflight > 0 || settling)) { pendingKeys.push(key); return; }
+    // Until the panel a response brings has settled, the cursor and the press queue
+    // are the old panel's (phase 2: a submitted task's, which takes no key): a key
+    // pressed then waits for the new one, as one pressed while a phase-1 request was in flight.
+    if (settling || (!queue && inflight > 0)) { pendingKeys.push(key); return; }
     handleKey(key);
   });
 
@@ -451,9 +452,9 @@
     // No key press may aim at a task that is being left.
     if (posting) hold = hold || "Sending.";
   });
-  // Phase 1: the keys pressed while requests were in flight, in order, once none is.
+  // The keys that waited, in order: once the new panel has settled and (phase 1) no request is in flight.
   function replayPending() {
-    while (!queue && inflight === 0 && !settling && pendingKeys.length) handleKey(pendingKeys.shift());
+    while (!settling && (queue || inflight === 0) && pendingKeys.length) handleKey(pendingKeys.shift());
   }
 
   // After htmx has handled the response (its "load" handler, the swap, runs first).
@@ -477,7 +478,7 @@
     }
     // htmx swaps at once and settles later (settleDelay); the request ends in between,
     // and until the settle the cursor is the old panel's.
-    if (!queue && e.detail.shouldSwap && e.detail.target && e.detail.target.id === "task") settling = true;
+    if (e.detail.shouldSwap && e.detail.target && e.detail.target.id === "task") settling = true;
   });
 
   // A swap that failed settles nothing: the keys waiting for it go to the panel shown.

@@ -166,3 +166,29 @@ def test_a_reload_while_presses_are_being_saved_shows_what_is_stored(
         assert after == {**stored, len(stored): (1, False)}
         assert _shown(page) == after
     assert page.js_errors == []
+
+
+def test_keys_pressed_as_soon_as_the_next_task_appears_are_used_on_it(live_server: Any, page: Any) -> None:
+    # After a submit, htmx swaps the next task in at once and settles it (our cursor, a
+    # fresh press queue) a moment later. Keys pressed in between went to the submitted
+    # task's queue, held for "Submitting.", and were dropped: Enter then found no submit
+    # box. The gap is made long here (1 s instead of 20 ms) so the keys surely fall into it.
+    first = _start(live_server, page, ["One.", "Two."])
+    following = make_task(generation=first.task.generation, steps=["Alpha.", "Beta."])
+    _type(page, ["3", "3"], 30)
+    page.wait_for_function(IDLE)
+    page.wait_for_selector("#finish")
+    page.evaluate("() => { htmx.config.defaultSettleDelay = 1000; }")
+    page.keyboard.press("Enter")
+
+    page.wait_for_selector(f"#task[data-assignment]:not([data-assignment='{first.pk}'])")  # swapped in, not settled
+    _type(page, ["3", "1"], 30)
+    page.keyboard.press("Enter")
+
+    page.wait_for_selector(".task.empty")
+    done = Assignment.objects.get(task=following)
+    assert done.status == AssignmentStatus.SUBMITTED
+    assert done.finish_reason == FinishReason.FOUND_ERROR
+    assert _stored(done) == {0: (1, False), 1: (-1, False)}
+    assert page.locator("#flash").is_hidden(), page.inner_text("#flash")
+    assert page.js_errors == []
