@@ -220,25 +220,34 @@ class _CountingLabeler(load.Labeler):
         return answer
 
 
-def _floor_presses(labeler: load.Labeler, until: threading.Event, interval: float) -> dict[str, int]:
-    """The baseline: one key press on the floor every ``interval`` seconds, on one task, until ``until`` is set."""
+def _floor_presses(labeler: load.Labeler, until: threading.Event, interval: float,
+                   started: threading.Event) -> dict[str, int]:  # fmt: skip
+    """The baseline: one key press on the floor every ``interval`` seconds, on one task, until ``until`` is set.
+
+    ``started`` is set once the first press is answered (or the floor has failed): the labelers start after
+    it, so even a window shorter than the floor's start-up (a few tasks at no think time) has its baseline."""
     import re
 
-    _, headers, _ = labeler.request(FLOOR + " (next)", "POST", "/next/", {})
-    match = re.search(r"/assignments/(\d+)/", headers.get("Location", ""))
-    if match is None:
-        return {"assignment": 0, "acked": 0}
-    assignment = int(match.group(1))
-    _, _, page = labeler.request(FLOOR + " (page)", "GET", f"/assignments/{assignment}/")
-    version, acked = load._state_version(page), 0
-    while not until.wait(interval):
-        status, _, text = labeler.request(
-            FLOOR, "POST", f"/assignments/{assignment}/presses/",
-            {"presses": [{"step": 0, "completion": 0, "version": version, "rating": acked % 2}]}, as_json=True,
-        )  # fmt: skip
-        if status == 200:
-            version, acked = int(json.loads(text)["version"]), acked + 1
-    return {"assignment": assignment, "acked": acked}
+    try:
+        _, headers, _ = labeler.request(FLOOR + " (next)", "POST", "/next/", {})
+        match = re.search(r"/assignments/(\d+)/", headers.get("Location", ""))
+        if match is None:
+            return {"assignment": 0, "acked": 0}
+        assignment = int(match.group(1))
+        _, _, page = labeler.request(FLOOR + " (page)", "GET", f"/assignments/{assignment}/")
+        version, acked = load._state_version(page), 0
+        while True:
+            status, _, text = labeler.request(
+                FLOOR, "POST", f"/assignments/{assignment}/presses/",
+                {"presses": [{"step": 0, "completion": 0, "version": version, "rating": acked % 2}]}, as_json=True,
+            )  # fmt: skip
+            if status == 200:
+                version, acked = int(json.loads(text)["version"]), acked + 1
+            started.set()
+            if until.wait(interval):
+                return {"assignment": assignment, "acked": acked}
+    finally:
+        started.set()
 
 
 def _run_all(labelers: list[_CountingLabeler], deadline: float, think: tuple[float, float] | None,
@@ -323,11 +332,14 @@ def drive(port: int, floor_port: int, sessions: list[dict[str, str]], floor_sess
     boundary(0)
     deadline = time.monotonic() + args.max_hours * 3600
 
+    floor_started = threading.Event()
+
     def baseline() -> None:
-        floor_result.update(_floor_presses(floor, campaign_over, args.floor_interval))
+        floor_result.update(_floor_presses(floor, campaign_over, args.floor_interval, floor_started))
 
     floor_thread = threading.Thread(target=baseline, daemon=True)
     floor_thread.start()
+    floor_started.wait(60)
 
     def measure() -> None:
         if measured_labelers and time.monotonic() < deadline:
