@@ -1,0 +1,373 @@
+"""Which reading of a step carries the signal: step AUROC and first-error F1 on CHAMP, per reader, over split seeds.
+
+The PRM's head reads the backbone's hidden state at each step's separator, the solution
+read causally from the problem on (``causal``). This benchmark asks what other readings
+of the same labeled steps would give the same head, before any of them is built into the
+product:
+
+* ``causal``: what the product's PRM reads (``ProcessRewardModel.head_vectors``) with
+  ``--backbone``;
+* ``step_text``: the step's text alone, read both ways by the same backbone and
+  mean-pooled (an encoder's sentence embedding); an encoder only;
+* ``step_in_problem``: the step read together with the problem (``problem [SEP] step``),
+  mean-pooled over the step's tokens;
+* ``position``: the step's index and the solution's length, no text at all (a baseline);
+* ``lm``: what the product's PRM reads with a causal LM (``--lm``, ``builtin:smollm2`` by
+  default) and the ``surprise`` step feature: the last layer's hidden state at the
+  separator and the LM's surprise at the step's tokens;
+* ``lm_layerK``: the LM's layer K at the separator (K = 0 is the embeddings); ``lm_spanK``:
+  layer K mean-pooled over the step's tokens; ``lm_surprise``: the surprise alone. One pass
+  of the LM gives every one of them, for about a tenth of its layers and the middle and
+  last ones (17-18 CPU-minutes for CHAMP's labels with SmolLM2 on 2 cores).
+
+Each combination (``--combos causal+step_text,...``) gets a logistic regression on the
+training problems' labeled steps, features standardised, classes balanced, its strength
+chosen by the best validation step AUROC; the first-error threshold is the error-prior
+quantile of the validation steps (``evaluation.prior_threshold``), as the product's. The
+splits are the product's (``problem_split_for``, 0.6 / 0.2 / 0.2 of the problems), the
+labels CHAMP's 534 first-wrong-step annotations. A reader's features are computed once and
+kept in ``--cache`` (keyed by reader and backbone).
+
+    python benchmarks/prm_readers.py --seeds 0 1 2 3 4
+    python benchmarks/prm_readers.py --readers causal,step_text,position,lm \
+        --combos causal,step_text,causal+step_text+position,lm,causal+step_text+lm
+
+Not a training recipe: the regression is a stand-in for the product's head (on the
+``causal`` reader the two agree within 0.02 of test step AUROC on split seeds 0-2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+READERS = ("causal", "step_text", "step_in_problem", "position", "lm")
+LM_READER = re.compile(r"lm_(layer|span)(\d+)|lm_surprise")
+STRENGTHS = (0.001, 0.003, 0.01, 0.03, 0.1)
+
+
+@dataclass(frozen=True)
+class Steps:
+    """CHAMP's labeled steps, one row each, in solution order (every trajectory ends at its first error)."""
+
+    problem_ids: list[str]
+    problems: list[str]
+    texts: list[str]
+    index: np.ndarray  # the step's 0-based index in its solution
+    length: np.ndarray  # the whole solution's number of steps
+    fine: np.ndarray  # True: not the first wrong step
+    solutions: list[Any]  # LabeledSolution, for the product's readers
+
+
+def champ_steps(limit_problems: int | None = None) -> Steps:
+    from activelearn.prm.data import LabeledSolution, LabeledStep, RatedCompletion
+    from labeling.data.demo import read_champ
+
+    problem_ids, problems, texts, index, length, fine, solutions = [], [], [], [], [], [], []
+    read = read_champ(solutions_per_problem=None)
+    for problem in read[:limit_problems] if limit_problems else read:
+        for annotation in problem.annotations:
+            steps = []
+            for i, text in enumerate(annotation.steps):
+                wrong = i == annotation.first_wrong
+                steps.append(LabeledStep((RatedCompletion(text, -1 if wrong else 1),), chosen=None if wrong else 0))
+                problem_ids.append(problem.unique_id)
+                problems.append(problem.problem)
+                texts.append(text)
+                index.append(i)
+                length.append(len(annotation.steps))
+                fine.append(not wrong)
+                if wrong:
+                    break
+            solutions.append(LabeledSolution(problem.unique_id, problem.problem, tuple(steps), tuple(annotation.steps)))
+    return Steps(problem_ids, problems, texts, np.array(index), np.array(length), np.array(fine), solutions)
+
+
+# --- the readers --------------------------------------------------------------------
+def _head_vectors(backbone: str, steps: Steps) -> np.ndarray:
+    import torch
+
+    from activelearn.prm.batching import encode_examples
+    from activelearn.prm.data import build_examples
+    from activelearn.prm.head_training import separator_features
+    from activelearn.prm.modeling import NEGATIVE, ProcessRewardModel
+
+    model, tokenizer = ProcessRewardModel.from_backbone(backbone)
+    model.eval()
+    encoder = model.step_encoder(tokenizer)
+    with torch.no_grad():
+        features = separator_features(
+            model, encode_examples(encoder, build_examples(steps.solutions)), encoder.pad_id, torch.device("cpu")
+        )
+    if not np.array_equal((features.classes != NEGATIVE).numpy(), steps.fine):
+        raise RuntimeError(f"{backbone}: the separators read are not the labeled steps")
+    return features.vectors.float().numpy()
+
+
+def _pooled(backbone: str, firsts: list[str], seconds: list[str] | None, max_length: int) -> np.ndarray:
+    """Mean-pooled last hidden state of each text (of the second text's tokens, for pairs)."""
+    import torch
+
+    from activelearn.prm.backbones import load_backbone
+
+    loaded = load_backbone(backbone)
+    model, tokenizer = loaded.model, loaded.tokenizer
+    model.train(False)
+    vectors = []
+    with torch.no_grad():
+        for start in range(0, len(firsts), 32):
+            batch = tokenizer(
+                firsts[start : start + 32], seconds[start : start + 32] if seconds else None, padding=True,
+                truncation="longest_first", max_length=max_length, return_tensors="pt",
+            )  # fmt: skip
+            hidden = model(**batch).last_hidden_state
+            mask = batch["attention_mask"]
+            if seconds:
+                mask = mask * batch["token_type_ids"]
+            weights = mask[..., None].float()
+            vectors.append(((hidden * weights).sum(1) / weights.sum(1).clamp(min=1)).numpy())
+    return np.concatenate(vectors)
+
+
+def lm_layers(count: int) -> tuple[list[int], list[int]]:
+    """The layers whose separator state is kept (about a tenth of them, the middle and the last; 0: the
+    embeddings) and those pooled over the step's tokens (the middle and the last)."""
+    every = max(1, count // 10)
+    return sorted({*range(every, count + 1, every), count // 2, count}), sorted({count // 2, count})
+
+
+def _lm_readings(lm: str, steps: Steps) -> dict[str, np.ndarray]:
+    """Every ``lm_*`` reading from one pass of the LM over each labeled solution."""
+    import torch
+
+    from activelearn.prm.batching import encode_examples, pad_batch
+    from activelearn.prm.data import build_examples
+    from activelearn.prm.modeling import ProcessRewardModel
+
+    model, tokenizer = ProcessRewardModel.from_backbone(lm, step_features=["surprise"])
+    model.train(False)
+    encoder = model.step_encoder(tokenizer)
+    sequences = encode_examples(encoder, build_examples(steps.solutions))
+    at, pooled = lm_layers(int(model.backbone.config.num_hidden_layers))
+    per_sequence: dict[int, dict[str, np.ndarray]] = {}
+    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i].input_ids))
+    with torch.inference_mode():
+        for start in range(0, len(order), 8):
+            members = order[start : start + 8]
+            chunk = [sequences[i] for i in members]
+            input_ids, attention_mask = pad_batch([s.input_ids for s in chunk], encoder.pad_id)
+            out = model.backbone(
+                input_ids=input_ids, attention_mask=attention_mask, use_cache=False, output_hidden_states=True
+            )
+            rows = torch.tensor([row for row, s in enumerate(chunk) for _ in s.label_positions])
+            cols = torch.tensor([p for s in chunk for p in s.label_positions])
+            starts = torch.tensor([p for s in chunk for p in s.label_starts])
+            parts = {"lm_surprise": model.head_vectors(out.last_hidden_state, input_ids, rows, cols, starts)[:, -3:]}
+            for layer in at:
+                parts[f"lm_layer{layer}"] = out.hidden_states[layer][rows, cols]
+            spans = list(zip(rows.tolist(), starts.tolist(), cols.tolist(), strict=True))
+            for layer in pooled:
+                hidden = out.hidden_states[layer]
+                parts[f"lm_span{layer}"] = torch.stack([hidden[r, b : c + 1].mean(0) for r, b, c in spans])
+            cursor = 0
+            for index, sequence in zip(members, chunk, strict=True):
+                n = len(sequence.label_positions)
+                per_sequence[index] = {k: v[cursor : cursor + n].float().numpy() for k, v in parts.items()}
+                cursor += n
+    names = per_sequence[0].keys() if per_sequence else []
+    return {name: np.concatenate([per_sequence[i][name] for i in range(len(sequences))]) for name in names}
+
+
+def read(reader: str, steps: Steps, args: argparse.Namespace) -> np.ndarray:
+    if reader == "position":
+        return np.stack(
+            [steps.index, np.log1p(steps.index), steps.index / steps.length, np.log1p(steps.length)], axis=1
+        ).astype(np.float64)
+    if reader == "causal":
+        return _head_vectors(args.backbone, steps)
+    if reader == "step_text":
+        return _pooled(args.backbone, steps.texts, None, args.max_length)
+    if reader == "step_in_problem":
+        return _pooled(args.backbone, steps.problems, steps.texts, args.max_length)
+    raise ValueError(f"unknown reader {reader!r}; expected one of {', '.join(READERS)}")
+
+
+def cached(reader: str, steps: Steps, args: argparse.Namespace) -> tuple[np.ndarray, float]:
+    """The reader's features (from ``--cache`` when computed before) and the CPU seconds they took."""
+    if reader == "lm" or LM_READER.fullmatch(reader):
+        readings, cpu = _cached_lm(steps, args)
+        if reader == "lm":  # the product's reading: the last layer at the separator, and the surprise
+            last = max(int(k.removeprefix("lm_layer")) for k in readings if k.startswith("lm_layer"))
+            return np.concatenate([readings[f"lm_layer{last}"], readings["lm_surprise"]], axis=1), cpu
+        if reader not in readings:
+            kept = ", ".join(sorted(readings, key=lambda k: (len(k), k)))
+            raise SystemExit(f"--readers: {reader} is not read from {args.lm}; it gives {kept}")
+        return readings[reader], cpu
+    spec = {"lm": args.lm, "position": ""}.get(reader, args.backbone)
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", f"{reader}-{spec}-{len(steps.texts)}").strip("-")
+    path = Path(args.cache) / f"{slug}.npz"
+    if path.is_file():
+        stored = np.load(path)
+        if np.array_equal(stored["fine"], steps.fine):
+            return stored["X"], float(stored["cpu_s"])
+    start = time.process_time()
+    features = read(reader, steps, args)
+    cpu = time.process_time() - start
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, X=features, fine=steps.fine, cpu_s=cpu)
+    return features, cpu
+
+
+def _cached_lm(steps: Steps, args: argparse.Namespace) -> tuple[dict[str, np.ndarray], float]:
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", f"lm-layers-{args.lm}-{len(steps.texts)}").strip("-")
+    path = Path(args.cache) / f"{slug}.npz"
+    if path.is_file():
+        stored = dict(np.load(path))
+        if np.array_equal(stored.pop("fine"), steps.fine):
+            return stored, float(stored.pop("cpu_s"))
+    start = time.process_time()
+    readings = _lm_readings(args.lm, steps)
+    cpu = time.process_time() - start
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, fine=steps.fine, cpu_s=cpu, **readings)
+    return readings, cpu
+
+
+# --- one split seed -----------------------------------------------------------------
+def _trajectories(steps: Steps, rows: np.ndarray, scores: np.ndarray) -> tuple[list[list[float]], list[int | None]]:
+    """Per solution among ``rows``: its step scores and the index of its first wrong step (None: none)."""
+    solutions: list[list[float]] = []
+    errors: list[int | None] = []
+    for row in rows:
+        if steps.index[row] == 0:
+            solutions.append([])
+            errors.append(None)
+        solutions[-1].append(float(scores[row]))
+        if not steps.fine[row]:
+            errors[-1] = int(steps.index[row])
+    return solutions, errors
+
+
+def evaluate(features: np.ndarray, steps: Steps, split: np.ndarray) -> dict[str, float]:
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import roc_auc_score
+    from sklearn.preprocessing import StandardScaler
+
+    from activelearn.prm.evaluation import error_prior, first_error_baselines, first_error_metrics, prior_threshold
+
+    train, validation, test = (np.flatnonzero(split == name) for name in ("train", "validation", "test"))
+    scaler = StandardScaler().fit(features[train])
+    z = scaler.transform(features)
+    best: tuple[float, float, np.ndarray] | None = None
+    for strength in STRENGTHS:
+        model = LogisticRegression(C=strength, class_weight="balanced", max_iter=5000)
+        scores = model.fit(z[train], steps.fine[train]).decision_function(z)
+        value = float(roc_auc_score(steps.fine[validation], scores[validation]))
+        if best is None or value > best[0]:
+            best = (value, strength, scores)
+    assert best is not None
+    val_auroc, strength, scores = best
+    threshold, val_first = prior_threshold(*_trajectories(steps, validation, scores))
+    test_solutions, test_errors = _trajectories(steps, test, scores)
+    lengths = [len(s) for s in test_solutions]
+    random = first_error_baselines(lengths, test_errors, error_prior(lengths, test_errors))["random_at_prior"]
+    return {
+        "val_auroc": val_auroc, "test_auroc": float(roc_auc_score(steps.fine[test], scores[test])),
+        "val_f1": val_first.f1, "test_f1": first_error_metrics(test_solutions, test_errors, threshold).f1,
+        "random_f1": random.f1, "strength": strength,
+    }  # fmt: skip
+
+
+def splits(steps: Steps, seed: int) -> np.ndarray:
+    from labeling.data.problem_splits import problem_split_for
+
+    by_problem = {
+        p: problem_split_for(unique_id=p, seed=seed, validation=0.2, test=0.2) for p in set(steps.problem_ids)
+    }
+    return np.array([by_problem[p] for p in steps.problem_ids])
+
+
+# --- the report ---------------------------------------------------------------------
+def _interval(values: Sequence[float]) -> str:
+    from activelearn.simulation.stats import mean_interval
+
+    mean, half = mean_interval(values)
+    return f"{mean:.3f} [{mean - half:.3f}, {mean + half:.3f}]"
+
+
+def report(results: dict[str, list[dict[str, float]]], seeds: list[int], cpu: dict[str, float]) -> list[str]:
+    lines = [
+        f"Split seeds {', '.join(map(str, seeds))}; test split; mean over seeds [95% t-interval over seeds]. "
+        "Chance step AUROC 0.5.",
+        "",
+        "| reader(s) | features CPU-s | val step AUROC | test step AUROC | test first-error F1 | F1 random at prior "
+        "| test AUROC per seed | test F1 per seed |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for combo, rows in results.items():
+        cost = sum(cpu[r] for r in combo.split("+"))
+        per_seed = " / ".join(f"{r['test_auroc']:.3f}" for r in rows)
+        f1_per_seed = " / ".join(f"{r['test_f1']:.2f}" for r in rows)
+        lines.append(
+            f"| {combo} | {cost:.0f} | {_interval([r['val_auroc'] for r in rows])} "
+            f"| {_interval([r['test_auroc'] for r in rows])} | {_interval([r['test_f1'] for r in rows])} "
+            f"| {_interval([r['random_f1'] for r in rows])} | {per_seed} | {f1_per_seed} |"
+        )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--readers", default="causal,step_text,step_in_problem,position",
+                        help=f"features to compute, comma-separated, of {', '.join(READERS)}")  # fmt: skip
+    parser.add_argument("--combos", help="reader combinations to fit, e.g. causal,causal+step_text (default: each "
+                        "reader alone, then all of them together)")  # fmt: skip
+    parser.add_argument("--backbone", default="builtin:minilm", help="the reader of causal, step_text, step_in_problem")
+    parser.add_argument("--lm", default="builtin:smollm2", help="the causal LM of the lm reader")
+    parser.add_argument("--max-length", type=int, default=256, help="tokens per pooled text")
+    parser.add_argument("--cache", default=str(ROOT / "var" / "prm-readers"), help="where features are kept")
+    parser.add_argument("--limit-problems", type=int, help="only the first N CHAMP problems (a quick check)")
+    args = parser.parse_args(argv)
+    readers = [r for r in args.readers.split(",") if r]
+    unknown = sorted(r for r in set(readers) - set(READERS) if not LM_READER.fullmatch(r))
+    if unknown:
+        parser.error(f"--readers: unknown {', '.join(unknown)}; expected some of {', '.join(READERS)}, "
+                     "lm_layerK, lm_spanK, lm_surprise")  # fmt: skip
+    combos = args.combos.split(",") if args.combos else [*readers, "+".join(readers)]
+    missing = sorted({r for c in combos for r in c.split("+")} - set(readers))
+    if missing:
+        parser.error(f"--combos uses {', '.join(missing)}, not in --readers")
+
+    sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "annotate.settings")
+    os.environ.setdefault("SECRET_KEY", "benchmark-only-" + "x" * 40)
+    import django
+
+    django.setup()
+    steps = champ_steps(args.limit_problems)
+    print(f"{len(steps.solutions)} labeled solutions, {len(steps.texts)} labeled steps", file=sys.stderr, flush=True)
+    features, cpu = {}, {}
+    for reader in readers:
+        features[reader], cpu[reader] = cached(reader, steps, args)
+        print(f"{reader}: {features[reader].shape[1]} features, {cpu[reader]:.0f} CPU-s", file=sys.stderr, flush=True)
+    results: dict[str, list[dict[str, float]]] = {}
+    for combo in combos:
+        x = np.concatenate([features[r] for r in combo.split("+")], axis=1)
+        results[combo] = [evaluate(x, steps, splits(steps, seed)) for seed in args.seeds]
+    print("\n".join(report(results, args.seeds, cpu)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
