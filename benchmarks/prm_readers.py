@@ -7,8 +7,8 @@ product:
 
 * ``causal``: what the product's PRM reads (``ProcessRewardModel.head_vectors``) with
   ``--backbone``;
-* ``step_text``: the step's text alone, read both ways by the same backbone and
-  mean-pooled (an encoder's sentence embedding); an encoder only;
+* ``step_text``: the step's text alone, read by the same backbone as the PRM loads it (an
+  encoder made causal, ``backbones.load_backbone``) and mean-pooled over its tokens;
 * ``step_in_problem``: the step read together with the problem (``problem [SEP] step``),
   mean-pooled over the step's tokens;
 * ``position``: the step's index and the solution's length, no text at all (a baseline);
@@ -146,8 +146,12 @@ def lm_layers(count: int) -> tuple[list[int], list[int]]:
     return sorted({*range(every, count + 1, every), count // 2, count}), sorted({count // 2, count})
 
 
-def _lm_readings(lm: str, steps: Steps) -> dict[str, np.ndarray]:
-    """Every ``lm_*`` reading from one pass of the LM over each labeled solution."""
+def _lm_readings(lm: str, steps: Steps, depth: int | None = None) -> dict[str, np.ndarray]:
+    """Every ``lm_*`` reading from one pass of the LM over each labeled solution.
+
+    With ``depth``, the pass runs the LM's first ``depth`` layers only (what a PRM reading a
+    lower layer would pay): the readings of the layers below it, unchanged, and no surprise
+    (it needs the last layer)."""
     import torch
 
     from activelearn.prm.batching import encode_examples, pad_batch
@@ -159,6 +163,15 @@ def _lm_readings(lm: str, steps: Steps) -> dict[str, np.ndarray]:
     encoder = model.step_encoder(tokenizer)
     sequences = encode_examples(encoder, build_examples(steps.solutions))
     at, pooled = lm_layers(int(model.backbone.config.num_hidden_layers))
+    if depth is not None:
+        # The last hidden state a model returns has its final norm applied: layers below the
+        # cut are the ones read, as the whole model has them.
+        at, pooled = [k for k in at if k < depth], [k for k in pooled if k < depth]
+        layers = model.backbone.layers
+        if not isinstance(layers, torch.nn.ModuleList):
+            raise SystemExit(f"--lm-depth: {lm} has no list of decoder layers to cut")
+        model.backbone.layers = layers[:depth]
+        model.backbone.config.num_hidden_layers = depth
     per_sequence: dict[int, dict[str, np.ndarray]] = {}
     order = sorted(range(len(sequences)), key=lambda i: len(sequences[i].input_ids))
     with torch.inference_mode():
@@ -172,7 +185,9 @@ def _lm_readings(lm: str, steps: Steps) -> dict[str, np.ndarray]:
             rows = torch.tensor([row for row, s in enumerate(chunk) for _ in s.label_positions])
             cols = torch.tensor([p for s in chunk for p in s.label_positions])
             starts = torch.tensor([p for s in chunk for p in s.label_starts])
-            parts = {"lm_surprise": model.head_vectors(out.last_hidden_state, input_ids, rows, cols, starts)[:, -3:]}
+            parts = {}
+            if depth is None:
+                parts["lm_surprise"] = model.head_vectors(out.last_hidden_state, input_ids, rows, cols, starts)[:, -3:]
             for layer in at:
                 parts[f"lm_layer{layer}"] = out.hidden_states[layer][rows, cols]
             spans = list(zip(rows.tolist(), starts.tolist(), cols.tolist(), strict=True))
@@ -229,14 +244,15 @@ def cached(reader: str, steps: Steps, args: argparse.Namespace) -> tuple[np.ndar
 
 
 def _cached_lm(steps: Steps, args: argparse.Namespace) -> tuple[dict[str, np.ndarray], float]:
-    slug = re.sub(r"[^A-Za-z0-9]+", "-", f"lm-layers-{args.lm}-{len(steps.texts)}").strip("-")
+    depth = f"-depth{args.lm_depth}" if args.lm_depth else ""
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", f"lm-layers-{args.lm}{depth}-{len(steps.texts)}").strip("-")
     path = Path(args.cache) / f"{slug}.npz"
     if path.is_file():
         stored = dict(np.load(path))
         if np.array_equal(stored.pop("fine"), steps.fine):
             return stored, float(stored.pop("cpu_s"))
     start = time.process_time()
-    readings = _lm_readings(args.lm, steps)
+    readings = _lm_readings(args.lm, steps, args.lm_depth)
     cpu = time.process_time() - start
     path.parent.mkdir(parents=True, exist_ok=True)
     np.savez(path, fine=steps.fine, cpu_s=cpu, **readings)
@@ -315,7 +331,8 @@ def report(results: dict[str, list[dict[str, float]]], seeds: list[int], cpu: di
         "|---|---|---|---|---|---|---|---|",
     ]
     for combo, rows in results.items():
-        cost = sum(cpu[r] for r in combo.split("+"))
+        # The lm readers come from one pass of the LM: its cost is counted once.
+        cost = sum({"lm" if r == "lm" or LM_READER.fullmatch(r) else r: cpu[r] for r in combo.split("+")}.values())
         per_seed = " / ".join(f"{r['test_auroc']:.3f}" for r in rows)
         f1_per_seed = " / ".join(f"{r['test_f1']:.2f}" for r in rows)
         lines.append(
@@ -335,6 +352,7 @@ def main(argv: list[str] | None = None) -> int:
                         "reader alone, then all of them together)")  # fmt: skip
     parser.add_argument("--backbone", default="builtin:minilm", help="the reader of causal, step_text, step_in_problem")
     parser.add_argument("--lm", default="builtin:smollm2", help="the causal LM of the lm reader")
+    parser.add_argument("--lm-depth", type=int, help="run only the LM's first N layers (read layers below N)")
     parser.add_argument("--max-length", type=int, default=256, help="tokens per pooled text")
     parser.add_argument("--cache", default=str(ROOT / "var" / "prm-readers"), help="where features are kept")
     parser.add_argument("--limit-problems", type=int, help="only the first N CHAMP problems (a quick check)")

@@ -104,3 +104,16 @@ def test_a_causal_lms_layers_spans_and_surprise_come_from_one_pass(tmp_path, tin
     missing = _run(tmp_path, "--lm", tiny_lm, "--readers", "lm_layer7", "--seeds", "0")
     assert missing.returncode != 0 and f"lm_layer7 is not read from {tiny_lm}" in missing.stderr
     assert "lm_layer1, lm_layer2" in missing.stderr
+
+
+@pytest.mark.slow
+def test_a_cut_lm_reads_its_lower_layers_as_the_whole_lm_does(tmp_path, tiny_lm):
+    whole = _run(tmp_path, "--lm", tiny_lm, "--readers", "lm_layer1", "--seeds", "0")
+    cut = _run(tmp_path, "--lm", tiny_lm, "--lm-depth", "2", "--readers", "lm_layer1,lm_span1", "--seeds", "0")
+    assert whole.returncode == 0 and cut.returncode == 0, whole.stderr[-2000:] + cut.stderr[-2000:]
+    (full,) = tmp_path.glob("lm-layers-*tiny-lm-[0-9]*.npz")
+    (part,) = tmp_path.glob("lm-layers-*tiny-lm-depth2-*.npz")
+    full_readings, cut_readings = np.load(full), np.load(part)
+    assert "lm_surprise" not in cut_readings.files and "lm_layer2" not in cut_readings.files
+    np.testing.assert_allclose(cut_readings["lm_layer1"], full_readings["lm_layer1"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(cut_readings["lm_span1"], full_readings["lm_span1"], rtol=1e-5, atol=1e-5)
