@@ -39,11 +39,12 @@ Not a training recipe: the regression is a stand-in for the product's head (on t
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -217,10 +218,29 @@ def read(reader: str, steps: Steps, args: argparse.Namespace) -> np.ndarray:
     raise ValueError(f"unknown reader {reader!r}; expected one of {', '.join(READERS)}")
 
 
-def cached(reader: str, steps: Steps, args: argparse.Namespace) -> tuple[np.ndarray, float]:
-    """The reader's features (from ``--cache`` when computed before) and the CPU seconds they took."""
+def _stored(name: str, steps: Steps, args: argparse.Namespace,
+            compute: Callable[[], dict[str, np.ndarray]]) -> tuple[dict[str, np.ndarray], float]:  # fmt: skip
+    """``compute()``'s arrays and the CPU seconds they took, kept in ``--cache`` under ``name`` (and the number
+    of steps) and read back from there while the labeled steps are the same."""
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", f"{name}-{len(steps.texts)}").strip("-")
+    path = Path(args.cache) / f"{slug}.npz"
+    if path.is_file():
+        stored = dict(np.load(path))
+        if np.array_equal(stored.pop("fine"), steps.fine):
+            return stored, float(stored.pop("cpu_s"))
+    start = time.process_time()
+    arrays = compute()
+    cpu = time.process_time() - start
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, fine=steps.fine, cpu_s=cpu, **arrays)
+    return arrays, cpu
+
+
+def cached(reader: str, steps: Steps, args: argparse.Namespace,
+           lm_pass: Callable[[], tuple[dict[str, np.ndarray], float]]) -> tuple[np.ndarray, float]:  # fmt: skip
+    """The reader's features and the CPU seconds they took; the ``lm`` readers are cut from ``lm_pass()``."""
     if reader == "lm" or LM_READER.fullmatch(reader):
-        readings, cpu = _cached_lm(steps, args)
+        readings, cpu = lm_pass()
         if reader == "lm":  # the product's reading: the last layer at the separator, and the surprise
             last = max(int(k.removeprefix("lm_layer")) for k in readings if k.startswith("lm_layer"))
             return np.concatenate([readings[f"lm_layer{last}"], readings["lm_surprise"]], axis=1), cpu
@@ -228,35 +248,9 @@ def cached(reader: str, steps: Steps, args: argparse.Namespace) -> tuple[np.ndar
             kept = ", ".join(sorted(readings, key=lambda k: (len(k), k)))
             raise SystemExit(f"--readers: {reader} is not read from {args.lm}; it gives {kept}")
         return readings[reader], cpu
-    spec = {"lm": args.lm, "position": ""}.get(reader, args.backbone)
-    slug = re.sub(r"[^A-Za-z0-9]+", "-", f"{reader}-{spec}-{len(steps.texts)}").strip("-")
-    path = Path(args.cache) / f"{slug}.npz"
-    if path.is_file():
-        stored = np.load(path)
-        if np.array_equal(stored["fine"], steps.fine):
-            return stored["X"], float(stored["cpu_s"])
-    start = time.process_time()
-    features = read(reader, steps, args)
-    cpu = time.process_time() - start
-    path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(path, X=features, fine=steps.fine, cpu_s=cpu)
-    return features, cpu
-
-
-def _cached_lm(steps: Steps, args: argparse.Namespace) -> tuple[dict[str, np.ndarray], float]:
-    depth = f"-depth{args.lm_depth}" if args.lm_depth else ""
-    slug = re.sub(r"[^A-Za-z0-9]+", "-", f"lm-layers-{args.lm}{depth}-{len(steps.texts)}").strip("-")
-    path = Path(args.cache) / f"{slug}.npz"
-    if path.is_file():
-        stored = dict(np.load(path))
-        if np.array_equal(stored.pop("fine"), steps.fine):
-            return stored, float(stored.pop("cpu_s"))
-    start = time.process_time()
-    readings = _lm_readings(args.lm, steps, args.lm_depth)
-    cpu = time.process_time() - start
-    path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(path, fine=steps.fine, cpu_s=cpu, **readings)
-    return readings, cpu
+    spec = "" if reader == "position" else args.backbone
+    arrays, cpu = _stored(f"{reader}-{spec}", steps, args, lambda: {"X": read(reader, steps, args)})
+    return arrays["X"], cpu
 
 
 # --- one split seed -----------------------------------------------------------------
@@ -375,9 +369,15 @@ def main(argv: list[str] | None = None) -> int:
     django.setup()
     steps = champ_steps(args.limit_problems)
     print(f"{len(steps.solutions)} labeled solutions, {len(steps.texts)} labeled steps", file=sys.stderr, flush=True)
+    depth = f"-depth{args.lm_depth}" if args.lm_depth else ""
+
+    @functools.cache
+    def lm_pass() -> tuple[dict[str, np.ndarray], float]:  # one pass (or one read of the cache) for every lm reader
+        return _stored(f"lm-layers-{args.lm}{depth}", steps, args, lambda: _lm_readings(args.lm, steps, args.lm_depth))
+
     features, cpu = {}, {}
     for reader in readers:
-        features[reader], cpu[reader] = cached(reader, steps, args)
+        features[reader], cpu[reader] = cached(reader, steps, args, lm_pass)
         print(f"{reader}: {features[reader].shape[1]} features, {cpu[reader]:.0f} CPU-s", file=sys.stderr, flush=True)
     results: dict[str, list[dict[str, float]]] = {}
     for combo in combos:

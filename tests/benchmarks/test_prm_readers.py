@@ -72,14 +72,14 @@ def test_a_solution_trajectory_is_cut_at_its_first_wrong_step():
 @pytest.fixture
 def tiny_lm(tmp_path) -> str:
     """A randomly initialised two-layer causal LM with tied embeddings (what the surprise reads), saved."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
-    from activelearn.prm.backbones import load_tokenizer, minilm_directory
+    from activelearn.prm.backbones import TINY_LLAMA, backbone_config, load_tokenizer, minilm_directory
 
+    config = backbone_config(TINY_LLAMA)
+    assert config is not None
+    config.tie_word_embeddings = True
     tokenizer = load_tokenizer(minilm_directory())
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                         num_key_value_heads=2, intermediate_size=64, max_position_embeddings=512,
-                         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)  # fmt: skip
     directory = tmp_path / "tiny-lm"
     LlamaForCausalLM(config).save_pretrained(directory)
     tokenizer.save_pretrained(directory)
@@ -98,7 +98,7 @@ def test_a_causal_lms_layers_spans_and_surprise_come_from_one_pass(tmp_path, tin
     assert {"lm_layer1", "lm_layer2", "lm_span1", "lm_span2", "lm_surprise"} <= set(readings.files)
     hidden = readings["lm_layer2"].shape[1]
     assert readings["lm_surprise"].shape[1] == 3 and readings["lm_span1"].shape[1] == hidden
-    assert "lm: 35 features" in run.stderr.replace(str(hidden + 3), "35")  # the last layer and the surprise
+    assert f"lm: {hidden + 3} features" in run.stderr  # the last layer and the surprise
 
     # A layer the LM was not read at is refused, naming the ones it was.
     missing = _run(tmp_path, "--lm", tiny_lm, "--readers", "lm_layer7", "--seeds", "0")
