@@ -56,6 +56,7 @@ TRAIN_CONFIG_KEYS = frozenset(
         "max_problem_tokens",
         "freeze_layers",
         "step_features",
+        "backbone_layers",
         "class_weighting",
         "val_fraction",
         "split_salt",
@@ -81,7 +82,7 @@ TRAIN_CONFIG_KEYS = frozenset(
 OUTCOME_MIX_KEYS = frozenset({"outcome_weight", "outcome_targets"})
 # activelearn.prm.modeling.STEP_FEATURES' names, a literal for the same reason (pinned by
 # the same test).
-STEP_FEATURE_NAMES = frozenset({"surprise"})
+STEP_FEATURE_NAMES = frozenset({"surprise", "span"})
 # What a checkpoint without a calibration (trained without validation data) uses: "min"
 # because "product" rewards short solutions.
 DEFAULT_THRESHOLD = 0.5
@@ -216,6 +217,9 @@ def checkpoint_create(
     features = overrides.get("step_features")
     if features is not None and (not isinstance(features, list | tuple) or not set(features) <= STEP_FEATURE_NAMES):
         raise ValueError(f"step_features must be a list of {sorted(STEP_FEATURE_NAMES)}, got {features!r}")
+    layers = overrides.get("backbone_layers")
+    if layers is not None and (isinstance(layers, bool) or not isinstance(layers, int) or layers < 1):
+        raise ValueError(f"backbone_layers must be a whole number of layers >= 1, got {layers!r}")
     base_filters = filters or TrainingDataFilters()
     data_filters = TrainingDataFilters.from_json({**base_filters.to_json(), "through_generation": through_generation})
     root = Path(output_root if output_root is not None else settings.CHECKPOINT_DIR)

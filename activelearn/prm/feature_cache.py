@@ -13,8 +13,12 @@ token of the window, float32. A window's hidden states depend only on the backbo
 weights and the window's tokens (attention is causal and padding is masked), so the key is
 a sha256 of the backbone's weights (``backbone_fingerprint``), the numeric mode and the
 token ids. A fine-tuned backbone has other weights, so it can never read a frozen one's
-entries. Only PRMs without step features use it: those features read step spans, not just
-the separator (``modeling.STEP_FEATURES``).
+entries.
+
+A PRM with step features (``modeling.STEP_FEATURES``) reads each step's span, not just its
+separator, so its entries are per step: the key adds the feature names, the separator's
+position and the step's first token (``step_vectors``). A solution scored whole and the
+same solution labeled at its final step (an ORM's training) share the final step's entry.
 
 Storage is one SQLite file (WAL, so several scoring processes share it). Off unless a
 directory is configured: ``configure(path)`` (Django does it from ``PRM_FEATURE_CACHE_DIR``)
@@ -29,6 +33,7 @@ import sqlite3
 import threading
 import weakref
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +60,7 @@ class FeatureCache:
         self._local = threading.local()
         with self._connection() as db:
             db.execute("CREATE TABLE IF NOT EXISTS features (key BLOB PRIMARY KEY, positions BLOB, vectors BLOB)")
+            db.execute("CREATE TABLE IF NOT EXISTS steps (key BLOB PRIMARY KEY, vector BLOB)")
         self.hits = 0
         self.misses = 0
 
@@ -96,6 +102,23 @@ class FeatureCache:
         with self._connection() as db:
             db.executemany("INSERT OR REPLACE INTO features (key, positions, vectors) VALUES (?, ?, ?)", rows)
 
+    def get_steps(self, keys: Sequence[bytes]) -> dict[bytes, torch.Tensor]:
+        found: dict[bytes, torch.Tensor] = {}
+        db = self._connection()
+        for start in range(0, len(keys), 500):
+            chunk = list(keys[start : start + 500])
+            marks = ",".join("?" * len(chunk))
+            for key, vector in db.execute(f"SELECT key, vector FROM steps WHERE key IN ({marks})", chunk):
+                found[bytes(key)] = torch.from_numpy(np.frombuffer(vector, dtype=np.float32).copy())
+        self.hits += len(found)
+        self.misses += len(keys) - len(found)
+        return found
+
+    def put_steps(self, items: Sequence[tuple[bytes, torch.Tensor]]) -> None:
+        rows = [(key, vector.detach().float().cpu().numpy().astype(np.float32).tobytes()) for key, vector in items]
+        with self._connection() as db:
+            db.executemany("INSERT OR REPLACE INTO steps (key, vector) VALUES (?, ?)", rows)
+
 
 def configure(directory: str | Path | None) -> FeatureCache | None:
     """The process-wide cache used when a caller passes none; None switches it off."""
@@ -132,6 +155,7 @@ def backbone_fingerprint(model: ProcessRewardModel) -> str:
 
 
 def cacheable(model: ProcessRewardModel) -> bool:
+    """Whether ``separator_hidden`` serves the model: no step features (else ``step_vectors``)."""
     return not model.prm_config.step_features
 
 
@@ -198,3 +222,77 @@ def separator_hidden(
         positions, vectors = known[key]
         out.append({position: vectors[index] for index, position in enumerate(positions)})
     return out
+
+
+@dataclass(frozen=True)
+class StepRequest:
+    """The steps of one window whose head vectors are wanted: separator positions and the
+    first token of each step (``EncodedWindow.step_starts``), in the same order."""
+
+    input_ids: Sequence[int]
+    positions: Sequence[int]
+    starts: Sequence[int]
+
+
+def step_key(prefix: bytes, position: int, start: int) -> bytes:
+    return hashlib.sha256(prefix + np.asarray([position, start], dtype=np.int64).tobytes()).digest()
+
+
+def step_vectors(
+    model: ProcessRewardModel,
+    requests: Sequence[StepRequest],
+    *,
+    pad_id: int,
+    device: torch.device,
+    cache: FeatureCache | None,
+    on_batch: Callable[[], None] | None = None,
+) -> list[torch.Tensor]:
+    """For each request, what the head reads at its steps (``ProcessRewardModel.head_vectors``:
+    the hidden state and the step features), [steps, head_inputs] float32 on the CPU; read
+    from ``cache`` where it has every asked step of a window, computed (and stored) where not.
+    """
+    mode = _numeric_mode(device)
+    fingerprint = backbone_fingerprint(model) if cache is not None else ""
+    features = ",".join(model.prm_config.step_features)
+    keys = [
+        [
+            step_key(window_key(fingerprint, f"{mode}:{features}", request.input_ids), position, start)
+            for position, start in zip(request.positions, request.starts, strict=True)
+        ]
+        for request in requests
+    ]
+    known = cache.get_steps(sorted({k for ks in keys for k in ks})) if cache is not None else {}
+    todo = sorted(
+        (index for index, ks in enumerate(keys) if any(k not in known for k in ks)),
+        key=lambda index: len(requests[index].input_ids),
+    )
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            for start in range(0, len(todo), MISS_BATCH):
+                chunk = todo[start : start + MISS_BATCH]
+                input_ids, attention_mask = pad_batch([requests[i].input_ids for i in chunk], pad_id)
+                input_ids = input_ids.to(device)
+                with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+                    hidden = model.backbone(
+                        input_ids=input_ids, attention_mask=attention_mask.to(device), use_cache=False
+                    ).last_hidden_state
+                    rows = torch.tensor([row for row, i in enumerate(chunk) for _ in requests[i].positions])
+                    cols = torch.tensor([p for i in chunk for p in requests[i].positions])
+                    firsts = torch.tensor([s for i in chunk for s in requests[i].starts])
+                    vectors = (
+                        model.head_vectors(hidden, input_ids, rows.to(device), cols.to(device), firsts.to(device))
+                        .float()
+                        .cpu()
+                    )
+                computed = [(key, vectors[n]) for n, key in enumerate(k for i in chunk for k in keys[i])]
+                known.update(computed)
+                if cache is not None:
+                    cache.put_steps(computed)
+                if on_batch is not None:
+                    on_batch()
+    finally:
+        model.train(was_training)
+    width = model.prm_config.head_inputs
+    return [torch.stack([known[k] for k in ks]) if ks else torch.zeros(0, width) for ks in keys]

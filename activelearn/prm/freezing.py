@@ -5,17 +5,11 @@ from __future__ import annotations
 import torch
 
 from activelearn.prm.modeling import ProcessRewardModel
+from activelearn.prm.modeling import transformer_blocks as modeling_transformer_blocks
 
 
 def transformer_blocks(model: ProcessRewardModel) -> torch.nn.ModuleList | None:
-    """The backbone's one ``ModuleList`` of ``num_hidden_layers`` blocks (``encoder.layer``
-    in BERT, ``layers`` in Llama), found by shape rather than by name so any transformers
-    architecture works."""
-    total = int(getattr(model.backbone.config, "num_hidden_layers", 0))
-    return next(
-        (m for m in model.backbone.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == total and total),
-        None,
-    )
+    return modeling_transformer_blocks(model.backbone)
 
 
 def freeze_lower_layers(model: ProcessRewardModel, count: int) -> int:

@@ -76,8 +76,9 @@ def separator_features(
     """What the head reads at every labeled separator (the backbone's last hidden state and
     any step features, ``ProcessRewardModel.head_vectors``), in sequence order.
 
-    With ``separator_id`` and a PRM without step features, the hidden states come through
-    the feature cache (``cache``, else the configured one; ``feature_cache``)."""
+    With ``separator_id``, they come through the feature cache (``cache``, else the
+    configured one; ``feature_cache``): the separators' hidden states, or, for a PRM with
+    step features, each step's head vector."""
     if separator_id is not None and feature_cache.cacheable(model):
         by_window = feature_cache.separator_hidden(
             model,
@@ -91,6 +92,20 @@ def separator_features(
         picked = [found[p] for found, s in zip(by_window, sequences, strict=True) for p in s.label_positions]
         vectors = torch.stack(picked) if picked else torch.zeros(0, model.prm_config.head_inputs)
         return Features(vectors, torch.tensor([c for s in sequences for c in s.label_classes], dtype=torch.long))
+    if separator_id is not None:
+        # Step features read each step's span: the cache keeps them per step.
+        per_window = feature_cache.step_vectors(
+            model,
+            [feature_cache.StepRequest(s.input_ids, s.label_positions, s.label_starts) for s in sequences],
+            pad_id=pad_id,
+            device=device,
+            cache=cache or feature_cache.configured(),
+            on_batch=on_batch,
+        )
+        return Features(
+            torch.cat(per_window) if per_window else torch.zeros(0, model.prm_config.head_inputs),
+            torch.tensor([c for s in sequences for c in s.label_classes], dtype=torch.long),
+        )
     order = sorted(range(len(sequences)), key=lambda i: len(sequences[i].input_ids))
     per_sequence: dict[int, torch.Tensor] = {}
     was_training = model.training

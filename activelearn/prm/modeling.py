@@ -36,8 +36,12 @@ FORMAT_VERSION = 1
 # under the backbone's own language-model head. A causal LM pretrained on the domain
 # gives a wrong written number or operator a low probability, and that is a signal a
 # linear head on one hidden vector finds hard to learn from a few hundred labels
-# (docs/simulation.md measures both).
-STEP_FEATURES: dict[str, int] = {"surprise": 3}
+# (docs/simulation.md measures both). "span": the mean of the backbone's output over the
+# step's tokens (its separator included), as wide as the hidden state: the separator's
+# state alone summarises the step through one token, and on CHAMP the span beside it
+# raises step AUROC (docs/prm.md, "Which reading of a step carries the signal"). The
+# value is each feature's width; None: the hidden size.
+STEP_FEATURES: dict[str, int | None] = {"surprise": 3, "span": None}
 # activelearn.prm.data.OBJECTIVES (data imports this module, not the other way round).
 OBJECTIVES = ("process", "outcome")
 
@@ -81,15 +85,22 @@ class PRMConfig:
     # "process" (a PRM: human step labels) or "outcome" (an ORM: final-answer verdicts,
     # read at the final step); saved models from before this field read as "process".
     objective: str = "process"
+    # How many of the backbone's transformer layers are kept: the head reads the output of
+    # the last one kept (``cut_backbone``), and the saved backbone holds only those layers.
+    # None: all of them (saved PRMs from before this field).
+    backbone_layers: int | None = None
     format_version: int = FORMAT_VERSION
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {list(OBJECTIVES)}, got {self.objective!r}")
+        if self.backbone_layers is not None and "surprise" in self.step_features:
+            # The surprise is the LM head's reading of the last layer, which a cut backbone lacks.
+            raise ValueError("step feature 'surprise' needs the whole backbone; it cannot go with backbone_layers")
 
     @property
     def head_inputs(self) -> int:
-        return self.hidden_size + sum(STEP_FEATURES[name] for name in self.step_features)
+        return self.hidden_size + sum(step_feature_width(name, self.hidden_size) for name in self.step_features)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
@@ -132,11 +143,18 @@ class ProcessRewardModel(nn.Module):
         max_problem_tokens: int | None = None,
         separator: str = DEFAULT_SEPARATOR,
         step_features: Sequence[str] = (),
+        backbone_layers: int | None = None,
         dtype: torch.dtype | None = None,
     ) -> tuple[ProcessRewardModel, PreTrainedTokenizerBase]:
-        """Fresh PRM (untrained head) on top of a backbone; see ``backbones.load_backbone``."""
+        """Fresh PRM (untrained head) on top of a backbone; see ``backbones.load_backbone``.
+
+        ``backbone_layers`` keeps only the backbone's lowest layers (``cut_backbone``)."""
         loaded = load_backbone(spec, dtype=dtype)
         backbone, tokenizer = loaded.model, loaded.tokenizer
+        if backbone_layers == getattr(backbone.config, "num_hidden_layers", None):
+            backbone_layers = None  # every layer: nothing to cut
+        if backbone_layers is not None:
+            cut_backbone(backbone, backbone_layers)
         # A backbone pretrained with the separator in its vocabulary (the simulated
         # domain's) has learned its embedding; only a newly added separator is initialised.
         pretrained_separator = separator in tokenizer.get_vocab()
@@ -153,6 +171,7 @@ class ProcessRewardModel(nn.Module):
             max_length=length,
             max_problem_tokens=max_problem_tokens if max_problem_tokens is not None else length // 2,
             step_features=list(step_features),
+            backbone_layers=backbone_layers,
         )
         model = cls(backbone, config)
         if dtype is not None:
@@ -262,6 +281,8 @@ class ProcessRewardModel(nn.Module):
         for name in self.prm_config.step_features:
             if name == "surprise":
                 parts.append(self._surprise(hidden, input_ids, rows, cols, starts).to(vectors.dtype))
+            elif name == "span":
+                parts.append(_span_means(hidden, rows, cols, starts).to(vectors.dtype))
         return torch.cat(parts, dim=-1)
 
     def _surprise(
@@ -294,6 +315,58 @@ class ProcessRewardModel(nn.Module):
         return out
 
 
+def _span_means(hidden: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
+    """The mean of ``hidden[row, start : col + 1]`` for each (row, col, start): a cumulative
+    sum per row, so a window's many steps cost one pass over it, not one per step."""
+    if not len(rows):
+        return hidden.new_zeros(0, hidden.shape[-1])
+    sums = torch.cumsum(hidden.float(), dim=1)
+    ends = sums[rows, cols]
+    before = torch.where((starts > 0)[:, None], sums[rows, (starts - 1).clamp_min(0)], torch.zeros_like(ends))
+    counts = (cols - starts + 1).clamp_min(1).to(ends.dtype)[:, None]
+    return (ends - before) / counts
+
+
+def step_feature_width(name: str, hidden_size: int) -> int:
+    width = STEP_FEATURES[name]
+    return hidden_size if width is None else width
+
+
+def transformer_blocks(backbone: nn.Module) -> nn.ModuleList | None:
+    """The backbone's one ``ModuleList`` of ``num_hidden_layers`` blocks (``encoder.layer``
+    in BERT, ``layers`` in Llama), found by shape rather than by name so any transformers
+    architecture works."""
+    config = getattr(backbone, "config", None)
+    total = int(getattr(config, "num_hidden_layers", 0) or 0)
+    return next(
+        (m for m in backbone.modules() if isinstance(m, nn.ModuleList) and len(m) == total and total),
+        None,
+    )
+
+
+def cut_backbone(backbone: PreTrainedModel, layers: int) -> None:
+    """Keep the backbone's lowest ``layers`` transformer layers, in place.
+
+    A causal LM's middle layers carry more of what makes a step wrong than its last, which
+    is shaped for predicting the next token (docs/prm.md, "Which reading of a step carries
+    the signal"); cutting after them also halves the forward pass. The output keeps the
+    backbone's final norm, if it has one. The config says how many layers remain, so a
+    saved cut backbone loads as what it is.
+    """
+    total = int(getattr(backbone.config, "num_hidden_layers", 0) or 0)
+    if not 1 <= layers <= total:
+        raise ValueError(f"backbone_layers must be between 1 and the backbone's {total} layers, got {layers}")
+    blocks = transformer_blocks(backbone)
+    if blocks is None:
+        raise ValueError(f"cannot find {type(backbone).__name__}'s transformer layers to cut")
+    del blocks[layers:]
+    backbone.config.num_hidden_layers = layers
+    # Configs that list a type per layer (sliding or full attention) list the kept ones.
+    layer_types = getattr(backbone.config, "layer_types", None)
+    if isinstance(layer_types, list):
+        backbone.config.layer_types = layer_types[:layers]
+
+
 def _with_prefix(state: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
     return {key.removeprefix(prefix): value for key, value in state.items() if key.startswith(prefix)}
 
@@ -303,6 +376,8 @@ def check_step_features(backbone: PreTrainedModel, names: Sequence[str]) -> None
     for name in names:
         if name not in STEP_FEATURES:
             raise ValueError(f"unknown step feature {name!r}; known: {sorted(STEP_FEATURES)}")
+        if names.count(name) > 1:
+            raise ValueError(f"step feature {name!r} is named twice")
         if name == "surprise" and (refusal := tied_lm_refusal(backbone, "step feature 'surprise'")):
             raise ValueError(refusal)
 

@@ -78,9 +78,9 @@ def score_solutions(
 
     Windows are sorted by length before batching so each batch pads to nearly its own
     length; long solutions are split into windows (see ``tokenization``) so every step
-    gets a score. Every solution needs at least one step. A PRM without step features reads
-    the backbone's output through the feature cache when one is given or configured
-    (``feature_cache``): same scores, the forward pass only for windows not seen before.
+    gets a score. Every solution needs at least one step. The PRM reads the backbone's output
+    through the feature cache when one is given or configured (``feature_cache``): same
+    scores, the forward pass only for windows not seen before.
     """
     pairs = [item if isinstance(item, tuple) else (item.problem, item.steps) for item in solutions]
     encoder = model.step_encoder(tokenizer)
@@ -94,17 +94,31 @@ def score_solutions(
     ]
     device = next(model.parameters()).device
     cache = feature_cache or feature_cache_module.configured()
-    if cache is not None and feature_cache_module.cacheable(model):
+    if cache is not None:
         # A head over cached backbone output: the forward pass runs only for unseen windows.
-        by_window = feature_cache_module.separator_hidden(
-            model,
-            [w.input_ids for _, w in windows],
-            pad_id=encoder.pad_id,
-            separator_id=encoder.separator_id,
-            device=device,
-            cache=cache,
-        )
-        vectors = [found[p] for found, (_, w) in zip(by_window, windows, strict=True) for p in w.separator_positions]
+        vectors: list[torch.Tensor]
+        if feature_cache_module.cacheable(model):
+            by_window = feature_cache_module.separator_hidden(
+                model,
+                [w.input_ids for _, w in windows],
+                pad_id=encoder.pad_id,
+                separator_id=encoder.separator_id,
+                device=device,
+                cache=cache,
+            )
+            vectors = [
+                found[p] for found, (_, w) in zip(by_window, windows, strict=True) for p in w.separator_positions
+            ]
+        else:
+            Request = feature_cache_module.StepRequest
+            per_window = feature_cache_module.step_vectors(
+                model,
+                [Request(w.input_ids, w.separator_positions, w.step_starts) for _, w in windows],
+                pad_id=encoder.pad_id,
+                device=device,
+                cache=cache,
+            )
+            vectors = [vector for rows in per_window for vector in rows]
         if vectors:
             with torch.inference_mode():
                 head = model.head

@@ -105,6 +105,9 @@ class TrainConfig:
     freeze_layers: int | None = None
     # Step features the head reads (activelearn.prm.modeling.STEP_FEATURES; None: recipe).
     step_features: tuple[str, ...] | None = None
+    # The backbone's lowest layers kept; the head reads the last of them
+    # (activelearn.prm.modeling.cut_backbone). None: the recipe's; the layer count: all.
+    backbone_layers: int | None = None
     # "balanced": the loss weighs each class by total / (classes x its count), so a
     # minority of -1 steps is not drowned by the +1 majority; "none": plain cross-entropy.
     class_weighting: str = "balanced"
@@ -172,6 +175,7 @@ class TrainConfig:
             max_length=self.max_length if self.max_length is not None else recipe.max_length,
             freeze_layers=self.freeze_layers if self.freeze_layers is not None else recipe.freeze_layers,
             step_features=self._resolved_step_features(recipe.step_features),
+            backbone_layers=self._resolved_backbone_layers(recipe.backbone_layer_share),
         )
 
     @property
@@ -219,6 +223,15 @@ class TrainConfig:
         if plan.adapter == "lora" and self.learning_rate is None:
             learning_rate = recipe.lora_learning_rate
         return replace(resolved, adapter=plan.adapter, learning_rate=learning_rate), plan
+
+    def _resolved_backbone_layers(self, share: float | None) -> int | None:
+        if self.backbone_layers is not None:
+            return self.backbone_layers
+        # A saved PRM's backbone is already what it was cut to.
+        if share is None or (Path(self.backbone).expanduser() / CONFIG_FILE).is_file():
+            return None
+        layers = int(getattr(backbone_config(self.backbone), "num_hidden_layers", 0) or 0)
+        return max(1, round(share * layers)) if layers else None
 
     def _resolved_step_features(self, recipe_features: tuple[str, ...]) -> tuple[str, ...] | None:
         if self.step_features is not None:
@@ -351,12 +364,19 @@ def _build_model(config: TrainConfig) -> tuple[ProcessRewardModel, PreTrainedTok
             raise ValueError(
                 f"step_features {list(config.step_features)} differ from the saved PRM's {list(saved)} ({source})"
             )
+        if config.backbone_layers is not None and config.backbone_layers != model.prm_config.backbone_layers:
+            kept = model.prm_config.backbone_layers or "all its"
+            raise ValueError(
+                f"backbone_layers {config.backbone_layers}: the saved PRM keeps {kept} layers ({source}); "
+                "a PRM is cut when it is first built"
+            )
     else:
         model, tokenizer = ProcessRewardModel.from_backbone(
             config.backbone,
             max_length=config.max_length,
             max_problem_tokens=config.max_problem_tokens,
             step_features=config.step_features or (),
+            backbone_layers=config.backbone_layers,
             dtype=dtype,
         )
     if config.adapter == "lora":

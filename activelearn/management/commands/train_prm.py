@@ -68,6 +68,11 @@ class Command(BaseCommand):
             choices=sorted(STEP_FEATURE_NAMES),
             help="what the head reads beside the hidden state (none given: none; default: the backbone family's)",
         )
+        parser.add_argument(
+            "--backbone-layers",
+            type=int,
+            help="keep the backbone's lowest N layers, the head reading the last (default: the backbone family's)",
+        )
         parser.add_argument("--class-weighting", choices=["balanced", "none"], help="loss weights per class")
         parser.add_argument("--val-fraction", type=float)
         parser.add_argument("--seed", type=int)
@@ -156,6 +161,7 @@ class Command(BaseCommand):
                         ("max_length", "max_length"),
                         ("freeze_layers", "freeze_layers"),
                         ("step_features", "step_features"),
+                        ("backbone_layers", "backbone_layers"),
                         ("class_weighting", "class_weighting"),
                         ("val_fraction", "val_fraction"),
                         ("seed", "seed"),

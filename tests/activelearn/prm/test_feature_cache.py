@@ -90,17 +90,52 @@ def test_a_head_only_retraining_reads_its_features_from_the_cache_and_learns_the
     assert heads[0].val_auroc == pytest.approx(heads[1].val_auroc, abs=1e-6)
 
 
-def test_a_prm_with_step_features_does_not_use_the_cache(tmp_path):
+@pytest.mark.parametrize("features", [["surprise"], ["span"]])
+def test_a_prm_with_step_features_scores_through_the_cache_per_step(tmp_path, features):
     from activelearn.prm.modeling import ProcessRewardModel
     from tests.activelearn.prm.conftest import save_tiny_llama
 
     backbone = save_tiny_llama(tmp_path / "llama", tied=True)
-    model, tokenizer = ProcessRewardModel.from_backbone(str(backbone), max_length=128, step_features=["surprise"])
+    model, tokenizer = ProcessRewardModel.from_backbone(str(backbone), max_length=128, step_features=features)
     freeze_lower_layers(model, 99)
     cache = FeatureCache(tmp_path / "cache")
     plain = score_solutions(model, tokenizer, _pairs())
+    counter = ForwardCounter(model.backbone)
     cached = score_solutions(model, tokenizer, _pairs(), feature_cache=cache)
+    computed = counter.calls
+    again = score_solutions(model, tokenizer, _pairs(), feature_cache=cache)
 
-    assert cache.hits == cache.misses == 0
-    for a, b in zip(plain, cached, strict=True):
-        assert a.step_scores == pytest.approx(b.step_scores, abs=1e-6)
+    assert computed > 0 and counter.calls == computed, "the second scoring ran the backbone again"
+    assert cache.hits == sum(len(steps) for _, steps in _pairs())
+    for expected, got in ((plain, cached), (plain, again)):
+        for a, b in zip(expected, got, strict=True):
+            assert a.step_scores == pytest.approx(b.step_scores, abs=1e-5)
+
+
+def test_a_step_labeled_alone_reads_the_entry_its_solution_scored_whole_left(tmp_path):
+    """An ORM's training labels a pool solution's final step only; scoring that pool first
+    stored every step, the final one included, so training runs no forward pass."""
+    from activelearn.prm.batching import LabeledSequence
+    from activelearn.prm.head_training import separator_features
+    from activelearn.prm.modeling import ProcessRewardModel
+
+    torch.manual_seed(0)
+    model, tokenizer = ProcessRewardModel.from_backbone("tiny:bert", max_length=128, step_features=["span"])
+    cache = FeatureCache(tmp_path / "cache")
+    score_solutions(model, tokenizer, _pairs(), feature_cache=cache)
+    encoder = model.step_encoder(tokenizer)
+    window = encoder.encode(*_pairs()[1])[-1]
+    final = LabeledSequence(
+        input_ids=window.input_ids,
+        label_positions=window.separator_positions[-1:],
+        label_classes=(2,),
+        label_starts=window.step_starts[-1:],
+    )
+    counter = ForwardCounter(model.backbone)
+    read = separator_features(
+        model, [final], encoder.pad_id, torch.device("cpu"), separator_id=encoder.separator_id, cache=cache
+    )
+    plain = separator_features(model, [final], encoder.pad_id, torch.device("cpu"))
+
+    assert counter.calls == 1, "only the uncached reading ran the backbone"
+    assert torch.allclose(read.vectors, plain.vectors, atol=1e-5)

@@ -143,12 +143,12 @@ def test_a_simulated_backbones_directory_trains_with_the_simulated_recipe(lm_dir
     resolved = TrainConfig(output_dir=tmp_path, backbone=str(lm_directory), cpu=True).resolved()
     assert recipe_for(str(lm_directory)).family == "simulated" == recipe_for("sim:digits").family
     assert resolved.step_features == ("surprise",) and resolved.freeze_layers == FREEZE_ALL
-    # A plain small Llama directory (no pretraining record) stays small_causal, without them.
+    # A plain small Llama directory (no pretraining record) stays small_causal: no surprise.
     plain = tmp_path / "plain"
     plain.mkdir()
     (plain / "config.json").write_text((lm_directory / "config.json").read_text())
     assert recipe_for(str(plain)).family == "small_causal"
-    assert TrainConfig(output_dir=tmp_path, backbone=str(plain), cpu=True).resolved().step_features == ()
+    assert TrainConfig(output_dir=tmp_path, backbone=str(plain), cpu=True).resolved().step_features == ("span",)
 
 
 @pytest.mark.parametrize("spec", ["tiny:bert", "tiny:llama"])
@@ -182,3 +182,83 @@ def test_training_on_from_a_saved_prm_keeps_its_features_and_refuses_others(lm_d
     assert ProcessRewardModel.from_pretrained(again.final_dir)[0].prm_config.step_features == ["surprise"]
     with pytest.raises(ValueError, match=r"step_features \[\] differ from the saved PRM's \['surprise'\]"):
         train_prm(labeled, replace(config, output_dir=tmp_path / "x", step_features=()), validation=[])
+
+
+def test_span_is_the_mean_of_the_backbones_output_over_each_steps_own_tokens(tiny_prm):
+    torch.manual_seed(0)
+    model, tokenizer = ProcessRewardModel.from_backbone("tiny:bert", max_length=128, step_features=["span"])
+    model.train(False)
+    encoder = model.step_encoder(tokenizer)
+    (window,) = encoder.encode("What is 3 + 4?", ["first we add", "then we carry the one", "so the answer is 7"])
+    input_ids = torch.tensor([window.input_ids])
+    rows = torch.zeros(len(window.separator_positions), dtype=torch.long)
+    cols = torch.tensor(window.separator_positions)
+    starts = torch.tensor(window.step_starts)
+    with torch.no_grad():
+        hidden = model.backbone(input_ids=input_ids, attention_mask=torch.ones_like(input_ids)).last_hidden_state
+        vectors = model.head_vectors(hidden, input_ids, rows, cols, starts)
+
+    width = model.prm_config.hidden_size
+    assert model.prm_config.head_inputs == vectors.shape[1] == 2 * width
+    for n, (start, separator) in enumerate(zip(window.step_starts, window.separator_positions, strict=True)):
+        assert torch.allclose(vectors[n, :width], hidden[0, separator])
+        assert torch.allclose(vectors[n, width:], hidden[0, start : separator + 1].mean(dim=0), atol=1e-6)
+
+
+@pytest.mark.parametrize("architecture", ["bert", "llama"])
+def test_a_backbone_cut_after_k_layers_reads_what_the_whole_backbone_has_at_layer_k(tmp_path, architecture):
+    from tests.activelearn.prm.conftest import save_tiny_llama
+
+    spec = "tiny:bert" if architecture == "bert" else str(save_tiny_llama(tmp_path / "llama", tied=True))
+    torch.manual_seed(0)
+    whole, tokenizer = ProcessRewardModel.from_backbone(spec, max_length=128)
+    torch.manual_seed(0)
+    cut, _ = ProcessRewardModel.from_backbone(spec, max_length=128, backbone_layers=1, step_features=["span"])
+    whole.train(False)
+    cut.train(False)
+    ids = torch.tensor([tokenizer("two plus two is four", add_special_tokens=False)["input_ids"]])
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        at_k = whole.backbone(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states[1]
+        read = cut.backbone(input_ids=ids, attention_mask=mask).last_hidden_state
+        # A Llama applies its final norm to what it returns, the cut one too.
+        expected = whole.backbone.norm(at_k) if architecture == "llama" else at_k
+    assert whole.prm_config.backbone_layers is None and cut.prm_config.backbone_layers == 1
+    assert torch.allclose(read, expected, atol=1e-5)
+
+    cut.save_pretrained(tmp_path / "saved", tokenizer)
+    loaded, _ = ProcessRewardModel.from_pretrained(tmp_path / "saved")
+    loaded.train(False)
+    assert loaded.backbone.config.num_hidden_layers == 1 and loaded.prm_config.backbone_layers == 1
+    with torch.no_grad():
+        assert torch.allclose(loaded.backbone(input_ids=ids, attention_mask=mask).last_hidden_state, read, atol=1e-6)
+
+
+def test_cutting_a_backbone_refuses_what_cannot_be_cut_by_name(tmp_path):
+    from tests.activelearn.prm.conftest import save_tiny_llama
+
+    with pytest.raises(ValueError, match="backbone_layers must be between 1 and the backbone's 2 layers, got 5"):
+        ProcessRewardModel.from_backbone("tiny:bert", backbone_layers=5)
+    spec = str(save_tiny_llama(tmp_path / "llama", tied=True))
+    with pytest.raises(ValueError, match="'surprise' needs the whole backbone"):
+        ProcessRewardModel.from_backbone(spec, backbone_layers=1, step_features=["surprise"])
+    with pytest.raises(ValueError, match="named twice"):
+        ProcessRewardModel.from_backbone(spec, step_features=["span", "span"])
+
+
+def test_the_small_causal_recipe_reads_the_middle_layer_and_the_span_and_a_saved_prm_keeps_its_cut(tmp_path):
+    from tests.activelearn.prm.conftest import save_tiny_llama
+
+    spec = str(save_tiny_llama(tmp_path / "llama", tied=True))
+    recipe = recipe_for("builtin:smollm2")
+    assert recipe.step_features == ("span",) and recipe.backbone_layer_share == 0.5
+    resolved = TrainConfig(output_dir=tmp_path / "out", backbone=spec).resolved()
+    assert resolved.backbone_layers == 1 and resolved.step_features == ("span",)  # half of the tiny Llama's 2
+    labeled = _oracle_labeled(6, 2, seed=3)
+    result = train_prm(labeled, replace(resolved, num_epochs=1), validation=_oracle_labeled(3, 2, seed=5))
+    saved = json.loads((Path(result.final_dir) / CONFIG_FILE).read_text())
+    assert saved["backbone_layers"] == 1 and saved["step_features"] == ["span"]
+    again = TrainConfig(output_dir=tmp_path / "again", backbone=str(result.final_dir)).resolved()
+    assert again.backbone_layers is None  # what the saved PRM was cut to stays
+    with pytest.raises(ValueError, match="the saved PRM keeps 1 layers"):
+        train_prm(labeled, replace(again, backbone_layers=2, num_epochs=1))
