@@ -289,13 +289,49 @@ def evaluate(features: np.ndarray, steps: Steps, split: np.ndarray) -> dict[str,
     val_auroc, strength, scores = best
     threshold, val_first = prior_threshold(*_trajectories(steps, validation, scores))
     test_solutions, test_errors = _trajectories(steps, test, scores)
+    level = pooled_level(z, steps, np.concatenate([train, validation]), strength)
+    val_scores = np.asarray([v for row in _trajectories(steps, validation, scores)[0] for v in row])
+    cv_threshold = float(np.quantile(val_scores, level))
     lengths = [len(s) for s in test_solutions]
     random = first_error_baselines(lengths, test_errors, error_prior(lengths, test_errors))["random_at_prior"]
     return {
         "val_auroc": val_auroc, "test_auroc": float(roc_auc_score(steps.fine[test], scores[test])),
         "val_f1": val_first.f1, "test_f1": first_error_metrics(test_solutions, test_errors, threshold).f1,
         "random_f1": random.f1, "strength": strength,
+        "test_f1_cv": first_error_metrics(test_solutions, test_errors, cv_threshold).f1, "level": level,
     }  # fmt: skip
+
+
+def pooled_level(z: np.ndarray, steps: Steps, rows: np.ndarray, strength: float, folds: int = 5) -> float:
+    """The quantile level of the first-error threshold, chosen on out-of-fold scores over ``rows``' problems."""
+    import hashlib
+
+    from sklearn.linear_model import LogisticRegression
+
+    from activelearn.prm.evaluation import error_prior, first_error_metrics
+
+    fold_of = np.array([int(hashlib.sha256(steps.problem_ids[r].encode()).hexdigest(), 16) % folds for r in rows])
+    held: list[tuple[list[list[float]], list[int | None], np.ndarray]] = []
+    for fold in range(folds):
+        inside, outside = rows[fold_of != fold], rows[fold_of == fold]
+        model = LogisticRegression(C=strength, class_weight="balanced", max_iter=5000)
+        scores = np.zeros(len(steps.fine))
+        scores[outside] = model.fit(z[inside], steps.fine[inside]).decision_function(z[outside])
+        solutions, errors = _trajectories(steps, outside, scores)
+        held.append((solutions, errors, scores[outside]))
+    all_solutions = [s for h in held for s in h[0]]
+    prior = error_prior([len(s) for s in all_solutions], [e for h in held for e in h[1]])
+    best = (-1.0, prior)
+    for factor in (0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0):
+        level = min(0.99, prior * factor)
+        marked: list[list[float]] = []
+        for solutions, _, values in held:
+            cut = float(np.quantile(values, level))
+            marked += [[v - cut for v in s] for s in solutions]
+        f1 = first_error_metrics(marked, [e for h in held for e in h[1]], 0.0).f1
+        if f1 > best[0]:
+            best = (f1, level)
+    return best[1]
 
 
 def splits(steps: Steps, seed: int) -> np.ndarray:
@@ -329,6 +365,11 @@ def report(results: dict[str, list[dict[str, float]]], seeds: list[int], cpu: di
         cost = sum({"lm" if r == "lm" or LM_READER.fullmatch(r) else r: cpu[r] for r in combo.split("+")}.values())
         per_seed = " / ".join(f"{r['test_auroc']:.3f}" for r in rows)
         f1_per_seed = " / ".join(f"{r['test_f1']:.2f}" for r in rows)
+        cv_per_seed = " / ".join(f"{r['test_f1_cv']:.2f}@{r['level']:.2f}" for r in rows)
+        print(
+            f"{combo}: pooled-level F1 {_interval([r['test_f1_cv'] for r in rows])} per seed {cv_per_seed}",
+            file=sys.stderr,
+        )
         lines.append(
             f"| {combo} | {cost:.0f} | {_interval([r['val_auroc'] for r in rows])} "
             f"| {_interval([r['test_auroc'] for r in rows])} | {_interval([r['test_f1'] for r in rows])} "

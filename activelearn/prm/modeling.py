@@ -41,7 +41,8 @@ FORMAT_VERSION = 1
 # state alone summarises the step through one token, and on CHAMP the span beside it
 # raises step AUROC (docs/prm.md, "Which reading of a step carries the signal"). The
 # value is each feature's width; None: the hidden size.
-STEP_FEATURES: dict[str, int | None] = {"surprise": 3, "span": None}
+SURPRISE_WIDTH = 3
+STEP_FEATURES: dict[str, int | None] = {"surprise": SURPRISE_WIDTH, "span": None}
 # activelearn.prm.data.OBJECTIVES (data imports this module, not the other way round).
 OBJECTIVES = ("process", "outcome")
 
@@ -295,7 +296,7 @@ class ProcessRewardModel(nn.Module):
     ) -> torch.Tensor:
         embeddings = self.backbone.get_input_embeddings()
         assert isinstance(embeddings, nn.Embedding)
-        out = torch.zeros(len(rows), STEP_FEATURES["surprise"], device=hidden.device)
+        out = torch.zeros(len(rows), SURPRISE_WIDTH, device=hidden.device)
         if not len(rows):
             return out
         # One log-softmax per sequence over the span its scored steps cover: the
