@@ -32,8 +32,11 @@ def test_each_combination_is_fitted_per_seed_and_features_are_computed_once(tmp_
     assert set(rows) >= {"causal", "position", "causal+step_text"}
     for combo in ("causal", "position", "causal+step_text"):
         cells = [c.strip() for c in rows[combo].split("|")[1:-1]]
-        per_seed = [float(v) for v in cells[-2].split(" / ")]
-        assert len(cells[-1].split(" / ")) == 2  # test F1, per seed
+        per_seed = [float(v) for v in cells[6].split(" / ")]  # test step AUROC, per seed
+        assert len(cells[7].split(" / ")) == 2  # test F1, per seed
+        # F1 at the quantile level chosen on pooled folds: per seed, with the level beside it.
+        levels = [re.fullmatch(r"([0-9.]+) \(([0-9.]+)\)", v) for v in cells[9].split(" / ")]
+        assert len(levels) == 2 and all(m and 0.0 <= float(m.group(1)) <= 1.0 for m in levels)
         assert len(per_seed) == 2 and all(0.0 <= v <= 1.0 for v in per_seed)
         mean = float(re.match(r"([0-9.]+) \[", cells[3]).group(1))  # test step AUROC, mean [interval]
         assert mean == pytest.approx(sum(per_seed) / 2, abs=1e-3)
