@@ -57,6 +57,7 @@ TRAIN_CONFIG_KEYS = frozenset(
         "freeze_layers",
         "step_features",
         "backbone_layers",
+        "head_l2",
         "class_weighting",
         "val_fraction",
         "split_salt",
@@ -220,6 +221,12 @@ def checkpoint_create(
     layers = overrides.get("backbone_layers")
     if layers is not None and (isinstance(layers, bool) or not isinstance(layers, int) or layers < 1):
         raise ValueError(f"backbone_layers must be a whole number of layers >= 1, got {layers!r}")
+    strengths = overrides.get("head_l2")
+    if strengths is not None and (
+        not isinstance(strengths, list | tuple)
+        or not all(isinstance(x, int | float) and not isinstance(x, bool) and x > 0 for x in strengths)
+    ):
+        raise ValueError(f"head_l2 must be a list of L2 strengths > 0, got {strengths!r}")
     base_filters = filters or TrainingDataFilters()
     data_filters = TrainingDataFilters.from_json({**base_filters.to_json(), "through_generation": through_generation})
     root = Path(output_root if output_root is not None else settings.CHECKPOINT_DIR)

@@ -11,6 +11,7 @@ PRM: scoring runs the same code as for a fine-tuned one.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -223,13 +224,104 @@ def fit_head(
             else:
                 report = HeadEpoch(step, sum(losses) / len(losses), None, None, None, None, 0)
             on_epoch(report)
-    # Fold the standardisation into the head: W (x - m) / s + b = (W / s) x + (b - W m / s).
+    _fold_into(model, head, mean, scale)
+    return curve
+
+
+@dataclass(frozen=True)
+class PenalisedFit:
+    penalty: float  # the L2 strength chosen
+    # Validation step AUROC of each strength tried (None: validation has one class only).
+    val_aurocs: dict[float, float | None]
+    report: HeadEpoch  # the chosen head's validation report
+    curve: list[tuple[int, float]]  # its (iteration, objective) curve
+
+
+# L-BFGS iterations per strength: the objective is convex and smooth, and a few hundred
+# features converge well within this on CHAMP's few thousand labels.
+PENALISED_ITERATIONS = 200
+
+
+def _penalised_head(
+    train: Features, classes: int, penalty: float, class_weights: torch.Tensor | None
+) -> tuple[torch.nn.Linear, list[tuple[int, float]]]:
+    head = torch.nn.Linear(train.vectors.shape[1], classes)
+    with torch.no_grad():
+        head.weight.zero_()
+        head.bias.zero_()
+    optimizer = torch.optim.LBFGS(
+        head.parameters(), lr=1.0, max_iter=PENALISED_ITERATIONS, history_size=20, line_search_fn="strong_wolfe"
+    )
+    curve: list[tuple[int, float]] = []
+
+    def objective() -> torch.Tensor:
+        optimizer.zero_grad(set_to_none=True)
+        loss = weighted_cross_entropy(head(train.vectors), train.classes, class_weights, train.weights)
+        # The bias is not penalised: the class prior is not what overfits.
+        loss = loss + 0.5 * penalty * head.weight.pow(2).sum()
+        loss.backward()  # type: ignore[no-untyped-call]
+        curve.append((len(curve) + 1, float(loss.item())))
+        return loss
+
+    optimizer.step(objective)  # type: ignore[no-untyped-call]
+    return head, curve
+
+
+@_one_thread()
+def fit_penalised_head(
+    model: ProcessRewardModel,
+    train: Features,
+    validation: Features,
+    *,
+    penalties: Sequence[float],
+    class_weights: torch.Tensor | None,
+) -> PenalisedFit:
+    """Fit ``model.head`` as an L2-penalised multinomial regression on standardised features,
+    once per strength in ``penalties`` (the weighted mean cross-entropy plus ``penalty / 2``
+    times the squared weights), and keep the one with the best validation step AUROC (on a
+    tie, the stronger). Full-batch L-BFGS from zero: the optimum, whatever the seed.
+
+    With as many features as a causal LM's hidden state and its span (1,152 for SmolLM2),
+    a few thousand labels overfit an unpenalised head: on CHAMP the epochs' validation
+    AUROC peaked and fell (docs/prm.md)."""
+    if len(train.classes) == 0:
+        raise ValueError("no labeled steps to train on")
+    if not penalties:
+        raise ValueError("no L2 strength to try")
+    mean = train.vectors.mean(dim=0)
+    scale = train.vectors.std(dim=0).clamp_min(1e-6)
+    standard_train = Features((train.vectors - mean) / scale, train.classes, train.weights)
+    standard_val = Features((validation.vectors - mean) / scale, validation.classes)
+    classes = len(model.prm_config.label_names)
+    best: tuple[float, float, torch.nn.Linear, list[tuple[int, float]]] | None = None
+    aurocs: dict[float, float | None] = {}
+    for penalty in sorted(penalties, reverse=True):
+        head, curve = _penalised_head(standard_train, classes, penalty, class_weights)
+        value = _evaluate(head, standard_val)[3] if len(standard_val.classes) else None
+        aurocs[penalty] = value
+        rank = -math.inf if value is None else value
+        if best is None or rank > best[0]:
+            best = (rank, penalty, head, curve)
+    assert best is not None
+    _, penalty, head, curve = best
+    with torch.no_grad():
+        train_loss = float(weighted_cross_entropy(head(standard_train.vectors), standard_train.classes).item())
+    if len(standard_val.classes):
+        val_loss, accuracy, majority, step_auroc = _evaluate(head, standard_val)
+        report = HeadEpoch(len(curve), train_loss, val_loss, accuracy, majority, step_auroc, len(standard_val.classes))
+    else:
+        report = HeadEpoch(len(curve), train_loss, None, None, None, None, 0)
+    _fold_into(model, head, mean, scale)
+    return PenalisedFit(penalty, aurocs, report, curve)
+
+
+def _fold_into(model: ProcessRewardModel, head: torch.nn.Linear, mean: torch.Tensor, scale: torch.Tensor) -> None:
+    """Fold the standardisation into the head: W (x - m) / s + b = (W / s) x + (b - W m / s)."""
     with torch.no_grad():
         weight = head.weight / scale
         bias = head.bias - weight @ mean
         model.head.weight.copy_(weight.to(model.head.weight.dtype))
         model.head.bias.copy_(bias.to(model.head.bias.dtype))
-    return curve
 
 
 def surprise_step_auroc(

@@ -26,6 +26,10 @@ ENCODER_MODEL_TYPES = frozenset(
 )
 # A freeze_layers value at or past any backbone's layer count: the whole backbone.
 FREEZE_ALL = 1000
+# L2 strengths of a penalised head (weighted mean loss + strength / 2 x |W|^2 on
+# standardised features): the range a logistic regression chose from on CHAMP's validation
+# splits, 1 / (C x labels) for C in 0.001-0.1 (benchmarks/prm_readers.py), widened both ways.
+HEAD_L2_GRID = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
 # Above this hidden size a model is trained with the large (GPU) recipe.
 LARGE_HIDDEN_SIZE = 1536
 SIMULATED_LEARNING_RATE = 1e-3
@@ -67,6 +71,9 @@ class Recipe:
     # The share of the backbone's layers kept, the head reading the last one kept
     # (TrainConfig.backbone_layers); None: all.
     backbone_layer_share: float | None = None
+    # Head only: the L2 strengths the head is fitted at, the best on validation kept
+    # (TrainConfig.head_l2); (): AdamW for num_epochs at learning_rate.
+    head_l2: tuple[float, ...] = ()
     # The rate under LoRA (TrainConfig.adapter): adapters start at zero and move through a
     # rank-r bottleneck, so they want a larger step than full fine-tuning (a starting point,
     # not measured on CHAMP).
@@ -106,6 +113,7 @@ RECIPES: dict[Family, Recipe] = {
         freeze_layers=FREEZE_ALL,
         step_features=("span",),
         backbone_layer_share=0.5,
+        head_l2=HEAD_L2_GRID,
     ),
     "large_causal": Recipe("large_causal", learning_rate=1e-5, num_epochs=2, max_length=2048, freeze_layers=0),
 }

@@ -60,6 +60,7 @@ from activelearn.prm.head_training import (
     HeadEpoch,
     backbone_is_frozen,
     fit_head,
+    fit_penalised_head,
     separator_features,
     with_label_weights,
 )
@@ -105,6 +106,10 @@ class TrainConfig:
     freeze_layers: int | None = None
     # Step features the head reads (activelearn.prm.modeling.STEP_FEATURES; None: recipe).
     step_features: tuple[str, ...] | None = None
+    # Head-only training: L2 strengths to fit the head at, the one with the best validation
+    # step AUROC kept (head_training.fit_penalised_head); () trains it for num_epochs with
+    # AdamW instead. None: the recipe's.
+    head_l2: tuple[float, ...] | None = None
     # The backbone's lowest layers kept; the head reads the last of them
     # (activelearn.prm.modeling.cut_backbone). None: the recipe's; the layer count: all.
     backbone_layers: int | None = None
@@ -176,6 +181,7 @@ class TrainConfig:
             freeze_layers=self.freeze_layers if self.freeze_layers is not None else recipe.freeze_layers,
             step_features=self._resolved_step_features(recipe.step_features),
             backbone_layers=self._resolved_backbone_layers(recipe.backbone_layer_share),
+            head_l2=tuple(self.head_l2) if self.head_l2 is not None else recipe.head_l2,
         )
 
     @property
@@ -257,6 +263,10 @@ class EpochReport:
     # AUROC of P(step is fine) against -1 vs the rest; 0.5 is chance whatever the prior.
     val_auroc: float | None
     val_labeled_steps: int
+    # A penalised head (TrainConfig.head_l2): the strength kept, and the validation step
+    # AUROC of each one tried.
+    head_l2: float | None = None
+    head_l2_val_aurocs: dict[str, float | None] | None = None
 
 
 @dataclass
@@ -800,19 +810,44 @@ def _train_head_only(
         if on_epoch is not None:
             on_epoch(epoch)
 
-    curve = fit_head(
-        model,
-        train_features,
-        val_features,
-        epochs=config.num_epochs,
-        batch_size=config.batch_size,
-        learning_rate=config.learning_rate,
-        weight_decay=config.weight_decay,
-        class_weights=model.class_weights,
-        seed=config.seed,
-        on_step=progress,
-        on_epoch=epoch_done,
-    )
+    if config.head_l2:
+        fit = fit_penalised_head(
+            model, train_features, val_features, penalties=config.head_l2, class_weights=model.class_weights
+        )
+        curve = fit.curve
+        report = fit.report
+        epochs.append(
+            asdict(
+                EpochReport(
+                    epoch=1,
+                    step=report.step,
+                    train_loss=report.train_loss,
+                    val_loss=report.val_loss,
+                    val_accuracy=report.val_accuracy,
+                    val_majority_accuracy=report.val_majority_accuracy,
+                    val_auroc=report.val_auroc,
+                    val_labeled_steps=report.val_labeled_steps,
+                    head_l2=fit.penalty,
+                    head_l2_val_aurocs={str(k): v for k, v in fit.val_aurocs.items()},
+                )
+            )
+        )
+        if on_epoch is not None:
+            on_epoch(EpochReport(**epochs[-1]))
+    else:
+        curve = fit_head(
+            model,
+            train_features,
+            val_features,
+            epochs=config.num_epochs,
+            batch_size=config.batch_size,
+            learning_rate=config.learning_rate,
+            weight_decay=config.weight_decay,
+            class_weights=model.class_weights,
+            seed=config.seed,
+            on_step=progress,
+            on_epoch=epoch_done,
+        )
     final_dir = Path(config.output_dir) / FINAL_DIR
     calibration = (
         outcome_calibration(len(val_items))

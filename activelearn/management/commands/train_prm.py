@@ -73,6 +73,13 @@ class Command(BaseCommand):
             type=int,
             help="keep the backbone's lowest N layers, the head reading the last (default: the backbone family's)",
         )
+        parser.add_argument(
+            "--head-l2",
+            type=float,
+            nargs="*",
+            help="head only: fit the head at these L2 strengths, keep the best on validation (none given: AdamW for "
+            "--epochs; default: the backbone family's)",
+        )
         parser.add_argument("--class-weighting", choices=["balanced", "none"], help="loss weights per class")
         parser.add_argument("--val-fraction", type=float)
         parser.add_argument("--seed", type=int)
@@ -162,6 +169,7 @@ class Command(BaseCommand):
                         ("freeze_layers", "freeze_layers"),
                         ("step_features", "step_features"),
                         ("backbone_layers", "backbone_layers"),
+                        ("head_l2", "head_l2"),
                         ("class_weighting", "class_weighting"),
                         ("val_fraction", "val_fraction"),
                         ("seed", "seed"),
@@ -309,4 +317,10 @@ def _epoch_line(report: dict[str, Any]) -> str:
         f"val loss {fmt(report['val_loss'])}, val accuracy {fmt(report['val_accuracy'])} "
         f"(majority class {fmt(report['val_majority_accuracy'])}), val step AUROC {fmt(report['val_auroc'])} "
         f"(chance 0.5) on {report['val_labeled_steps']} labeled steps"
+        + (
+            ""
+            if report.get("head_l2") is None
+            else f"; head L2 {report['head_l2']:g}, chosen on val step AUROC "
+            + ", ".join(f"{k}: {fmt(v)}" for k, v in (report.get("head_l2_val_aurocs") or {}).items())
+        )
     )

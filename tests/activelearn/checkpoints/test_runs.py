@@ -232,6 +232,9 @@ def test_it_refuses_an_unknown_step_feature_before_creating_a_run():
     for layers in (0, "half", True):
         with pytest.raises(ValueError, match=f"backbone_layers must be a whole number of layers >= 1, got {layers!r}"):
             checkpoint_create(base_model="tiny:llama", through_generation=None, config={"backbone_layers": layers})
+    for strengths in (0.1, [0.1, 0], ["strong"]):
+        with pytest.raises(ValueError, match="head_l2 must be a list of L2 strengths > 0"):
+            checkpoint_create(base_model="tiny:llama", through_generation=None, config={"head_l2": strengths})
     assert not PRMCheckpoint.objects.exists()
 
 

@@ -148,6 +148,24 @@ def test_a_frozen_backbone_trains_only_the_head_on_features_computed_once(tmp_pa
     assert labeled_step_auroc(model, tokenizer, validation).auroc == pytest.approx(result.val_auroc, abs=1e-4)
 
 
+def test_a_penalised_head_is_fitted_at_each_strength_and_the_best_on_validation_is_kept(tmp_path):
+    train = keyword_solutions(160, seed=6)
+    validation = keyword_solutions(40, seed=7)
+    strengths = (0.001, 0.1, 1000.0)
+    config = tiny_config(tmp_path / "a", freeze_layers=99, seed=0, head_l2=strengths)
+    result = train_prm(train, config, validation=validation)
+    (report,) = result.epochs
+    tried = report["head_l2_val_aurocs"]
+    assert set(tried) == {"0.001", "0.1", "1000.0"}
+    # The one kept has the best validation step AUROC, and it is what the saved model scores.
+    assert report["head_l2"] in strengths and tried[str(report["head_l2"])] == max(tried.values())
+    model, tokenizer = ProcessRewardModel.from_pretrained(result.final_dir)
+    assert labeled_step_auroc(model, tokenizer, validation).auroc == pytest.approx(result.val_auroc, abs=1e-4)
+    assert result.val_auroc == pytest.approx(max(tried.values()), abs=1e-6) and result.val_auroc > 0.55
+    # A strength that leaves the head nearly nothing to say ranks worse than a mild one.
+    assert tried["1000.0"] < max(tried["0.001"], tried["0.1"])
+
+
 def test_lower_layers_can_be_frozen(tmp_path):
     model, _ = ProcessRewardModel.from_backbone("tiny:bert", max_length=64, max_problem_tokens=16)
     assert freeze_lower_layers(model, 1) == 1
