@@ -41,7 +41,8 @@ from benchmarks import prm_champ
 from benchmarks.prm_champ import ROOT, _env, _load, _manage
 
 STUDY_DOC = ROOT / "docs" / "prm.md"
-BEGIN, END = "<!-- champ-seeds:begin -->", "<!-- champ-seeds:end -->"
+# The block --write-docs replaces: <!-- NAME:begin --> ... <!-- NAME:end --> (--docs-block NAME).
+DOCS_BLOCK = "champ-seeds"
 
 
 def study_env(workdir: Path) -> dict[str, str]:
@@ -124,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, nargs="+", default=[1, 4, 16], help="best-of-N sizes")
     parser.add_argument("--train-option", action="append", default=[], metavar="KEY=VALUE", help="train_prm --KEY")
     parser.add_argument("--write-docs", action="store_true", help=f"put the tables in {STUDY_DOC.relative_to(ROOT)}")
+    parser.add_argument("--docs-block", default=DOCS_BLOCK, help="the marked block of the docs page to replace")
     args = parser.parse_args(argv)
     workdir = args.workdir.resolve()
     started = time.monotonic()
@@ -419,10 +421,17 @@ def _interval(holder: dict[str, Any] | None, key: str) -> str:
 def write_docs(lines: list[str], args: argparse.Namespace) -> None:
     import re
 
-    command = "python benchmarks/prm_champ.py --seeds " + " ".join(str(s) for s in args.seeds)
-    block = "\n".join([BEGIN, f"`{command}`", "", *lines, END])
+    begin, end = f"<!-- {args.docs_block}:begin -->", f"<!-- {args.docs_block}:end -->"
+    options = [f"--train-option {option}" for option in args.train_option]
+    if args.workdir.resolve() != (ROOT / "var" / "prm-champ-seeds").resolve():
+        options.append(f"--workdir {args.workdir}")
+    command = " ".join(
+        ["python benchmarks/prm_champ.py --seeds", *(str(s) for s in args.seeds), *(["--curve"] if args.curve else []),
+         *options]
+    )  # fmt: skip
+    block = "\n".join([begin, f"`{command}`", "", *lines, end])
     text = STUDY_DOC.read_text()
-    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
+    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
     STUDY_DOC.write_text(
         pattern.sub(lambda _: block, text) if pattern.search(text) else f"{text.rstrip()}\n\n{block}\n"
     )
