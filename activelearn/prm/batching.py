@@ -23,6 +23,11 @@ class LabeledSequence:
     label_starts: tuple[int, ...]
     # Loss weight of each label (StepExample.weights); None: 1 for every label.
     label_weights: tuple[float, ...] | None = None
+    # Every step the window scores, labeled or not (EncodedWindow.separator_positions and
+    # step_starts): the feature cache stores them all from the one forward pass, so a
+    # solution labeled at its final step (an ORM's) leaves what scoring it whole reads.
+    window_positions: tuple[int, ...] = ()
+    window_starts: tuple[int, ...] = ()
 
     def weights(self) -> tuple[float, ...]:
         return self.label_weights if self.label_weights is not None else (1.0,) * len(self.label_classes)
@@ -49,6 +54,8 @@ def encode_examples(encoder: StepEncoder, examples: Sequence[StepExample]) -> li
                         label_classes=tuple(c for _, c, _, _ in labeled),
                         label_starts=tuple(s for _, _, s, _ in labeled),
                         label_weights=None if example.weights is None else tuple(w for _, _, _, w in labeled),
+                        window_positions=window.separator_positions,
+                        window_starts=window.step_starts,
                     )
                 )
     return sequences

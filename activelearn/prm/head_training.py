@@ -94,17 +94,28 @@ def separator_features(
         vectors = torch.stack(picked) if picked else torch.zeros(0, model.prm_config.head_inputs)
         return Features(vectors, torch.tensor([c for s in sequences for c in s.label_classes], dtype=torch.long))
     if separator_id is not None:
-        # Step features read each step's span: the cache keeps them per step.
+        # Step features read each step's span: the cache keeps them per step, every step of
+        # a window at once (the forward pass is the cost; the head vectors are not).
+        requests = [
+            feature_cache.StepRequest(s.input_ids, s.window_positions, s.window_starts)
+            if set(s.label_positions) <= set(s.window_positions)
+            else feature_cache.StepRequest(s.input_ids, s.label_positions, s.label_starts)
+            for s in sequences
+        ]
         per_window = feature_cache.step_vectors(
             model,
-            [feature_cache.StepRequest(s.input_ids, s.label_positions, s.label_starts) for s in sequences],
+            requests,
             pad_id=pad_id,
             device=device,
             cache=cache or feature_cache.configured(),
             on_batch=on_batch,
         )
+        picked = [
+            vectors[[list(request.positions).index(p) for p in s.label_positions]]
+            for vectors, request, s in zip(per_window, requests, sequences, strict=True)
+        ]
         return Features(
-            torch.cat(per_window) if per_window else torch.zeros(0, model.prm_config.head_inputs),
+            torch.cat(picked) if picked else torch.zeros(0, model.prm_config.head_inputs),
             torch.tensor([c for s in sequences for c in s.label_classes], dtype=torch.long),
         )
     order = sorted(range(len(sequences)), key=lambda i: len(sequences[i].input_ids))

@@ -225,9 +225,7 @@ def test_it_allows_exactly_the_train_config_fields_it_can_override():
 
 
 def test_it_refuses_an_unknown_step_feature_before_creating_a_run():
-    with pytest.raises(
-        ValueError, match="step_features must be a list of \\['span', 'surprise'\\], got \\['smell'\\]"
-    ):
+    with pytest.raises(ValueError, match="step_features must be a list of \\['span', 'surprise'\\], got \\['smell'\\]"):
         checkpoint_create(base_model="tiny:llama", through_generation=None, config={"step_features": ["smell"]})
     for layers in (0, "half", True):
         with pytest.raises(ValueError, match=f"backbone_layers must be a whole number of layers >= 1, got {layers!r}"):

@@ -139,3 +139,35 @@ def test_a_step_labeled_alone_reads_the_entry_its_solution_scored_whole_left(tmp
 
     assert counter.calls == 1, "only the uncached reading ran the backbone"
     assert torch.allclose(read.vectors, plain.vectors, atol=1e-5)
+
+
+def test_a_solution_labeled_at_its_final_step_leaves_every_step_of_its_window_for_scoring(tmp_path):
+    """The other way round: an ORM trained on a pool first, the pool scored whole after it."""
+    from activelearn.prm.batching import LabeledSequence
+    from activelearn.prm.head_training import separator_features
+    from activelearn.prm.modeling import ProcessRewardModel
+
+    torch.manual_seed(0)
+    model, tokenizer = ProcessRewardModel.from_backbone("tiny:bert", max_length=128, step_features=["span"])
+    cache = FeatureCache(tmp_path / "cache")
+    encoder = model.step_encoder(tokenizer)
+    problem, steps = _pairs()[1]
+    (window,) = encoder.encode(problem, steps)
+    final = LabeledSequence(
+        input_ids=window.input_ids,
+        label_positions=window.separator_positions[-1:],
+        label_classes=(2,),
+        label_starts=window.step_starts[-1:],
+        window_positions=window.separator_positions,
+        window_starts=window.step_starts,
+    )
+    read = separator_features(
+        model, [final], encoder.pad_id, torch.device("cpu"), separator_id=encoder.separator_id, cache=cache
+    )
+    counter = ForwardCounter(model.backbone)
+    scored = score_solutions(model, tokenizer, [(problem, steps)], feature_cache=cache)
+    plain = score_solutions(model, tokenizer, [(problem, steps)])
+
+    assert read.vectors.shape == (1, model.prm_config.head_inputs)
+    assert counter.calls == 1, "only the uncached scoring ran the backbone"
+    assert scored[0].step_scores == pytest.approx(plain[0].step_scores, abs=1e-5)
