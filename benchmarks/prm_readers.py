@@ -302,6 +302,7 @@ def evaluate(features: np.ndarray, steps: Steps, split: np.ndarray) -> dict[str,
         "val_f1": val_first.f1, "test_f1": first_error_metrics(test_solutions, test_errors, threshold).f1,
         "random_f1": random.f1, "strength": strength,
         "test_f1_cv": first_error_metrics(test_solutions, test_errors, cv_threshold).f1, "level": level,
+        "train_solutions": int(np.sum(steps.index[train] == 0)),
     }  # fmt: skip
 
 
@@ -337,12 +338,21 @@ def pooled_level(z: np.ndarray, steps: Steps, rows: np.ndarray, strength: float,
     return best[1]
 
 
-def splits(steps: Steps, seed: int) -> np.ndarray:
+def splits(steps: Steps, seed: int, share: float = 1.0) -> np.ndarray:
+    """Each row's split under ``seed``; with ``share`` < 1, only that share of the training problems (the first
+    in a hashed order, as ``prm_champ --curve`` takes them) stays "train", the rest "unused"."""
+    import hashlib
+
     from labeling.data.problem_splits import problem_split_for
 
     by_problem = {
         p: problem_split_for(unique_id=p, seed=seed, validation=0.2, test=0.2) for p in set(steps.problem_ids)
     }
+    if share < 1.0:
+        order = sorted((p for p, name in by_problem.items() if name == "train"),
+                       key=lambda uid: hashlib.sha256(f"curve:{uid}".encode()).hexdigest())  # fmt: skip
+        for uid in order[max(1, round(share * len(order))) :]:
+            by_problem[uid] = "unused"
     return np.array([by_problem[p] for p in steps.problem_ids])
 
 
@@ -365,7 +375,8 @@ def report(results: dict[str, list[dict[str, float]]], seeds: list[int], cpu: di
     ]
     for combo, rows in results.items():
         # The lm readers come from one pass of the LM: its cost is counted once.
-        cost = sum({"lm" if r == "lm" or LM_READER.fullmatch(r) else r: cpu[r] for r in combo.split("+")}.values())
+        readers = combo.split(" ", 1)[0].split("+")  # a learning curve's row names its share after a space
+        cost = sum({"lm" if r == "lm" or LM_READER.fullmatch(r) else r: cpu[r] for r in readers}.values())
         per_seed = " / ".join(f"{r['test_auroc']:.3f}" for r in rows)
         f1_per_seed = " / ".join(f"{r['test_f1']:.2f}" for r in rows)
         cv_per_seed = " / ".join(f"{r['test_f1_cv']:.2f} ({r['level']:.2f})" for r in rows)
@@ -391,6 +402,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-length", type=int, default=256, help="tokens per pooled text")
     parser.add_argument("--cache", default=str(ROOT / "var" / "prm-readers"), help="where features are kept")
     parser.add_argument("--limit-problems", type=int, help="only the first N CHAMP problems (a quick check)")
+    parser.add_argument("--train-shares", type=float, nargs="+", help="a learning curve: fit on these shares of "
+                        "each seed's training problems too (e.g. 0.25 0.5 1)")  # fmt: skip
     args = parser.parse_args(argv)
     readers = [r for r in args.readers.split(",") if r]
     unknown = sorted(r for r in set(readers) - set(READERS) if not LM_READER.fullmatch(r))
@@ -423,7 +436,11 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, list[dict[str, float]]] = {}
     for combo in combos:
         x = np.concatenate([features[r] for r in combo.split("+")], axis=1)
-        results[combo] = [evaluate(x, steps, splits(steps, seed)) for seed in args.seeds]
+        for share in sorted(args.train_shares or [1.0]):
+            rows = [evaluate(x, steps, splits(steps, seed, share)) for seed in args.seeds]
+            solutions = sum(r["train_solutions"] for r in rows) / len(rows)
+            name = combo if share == 1.0 else f"{combo} on {share:.0%} of the training problems"
+            results[f"{name} ({solutions:.0f} labeled solutions)" if args.train_shares else name] = rows
     print("\n".join(report(results, args.seeds, cpu)))
     return 0
 
