@@ -120,3 +120,21 @@ def test_a_cut_lm_reads_its_lower_layers_as_the_whole_lm_does(tmp_path, tiny_lm)
     assert "lm_surprise" not in cut_readings.files and "lm_layer2" not in cut_readings.files
     np.testing.assert_allclose(cut_readings["lm_layer1"], full_readings["lm_layer1"], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(cut_readings["lm_span1"], full_readings["lm_span1"], rtol=1e-5, atol=1e-5)
+
+
+def test_a_learning_curve_fits_on_a_share_of_each_seeds_training_problems(tmp_path):
+    steps = prm_readers.Steps(
+        problem_ids=[f"champ/p{i // 2}" for i in range(200)], problems=["x"] * 200, texts=["a"] * 200,
+        index=np.array([0, 1] * 100), length=np.array([2] * 200), fine=np.array([True, False] * 100), solutions=[],
+    )  # fmt: skip
+    whole = prm_readers.splits(steps, seed=0)
+    half = prm_readers.splits(steps, seed=0, share=0.5)
+    train = {p for p, s in zip(steps.problem_ids, whole, strict=True) if s == "train"}
+    kept = {p for p, s in zip(steps.problem_ids, half, strict=True) if s == "train"}
+    # Half of the training problems stay, the rest are set aside; validation and test do not move.
+    assert kept < train and len(kept) == round(len(train) / 2)
+    assert {s for p, s in zip(steps.problem_ids, half, strict=True) if p in train - kept} == {"unused"}
+    assert [s for s in half if s != "unused"] == [s for s, h in zip(whole, half, strict=True) if h != "unused"]
+    # A larger share keeps every problem a smaller one kept: a curve's points are nested.
+    more = prm_readers.splits(steps, 0, 0.75)
+    assert kept < {p for p, s in zip(steps.problem_ids, more, strict=True) if s == "train"}
