@@ -795,7 +795,9 @@ def _train_head_only(
     model.to("cpu")
     epochs: list[dict[str, Any]] = []
 
-    def epoch_done(report: HeadEpoch) -> None:
+    def epoch_done(
+        report: HeadEpoch, head_l2: float | None = None, head_l2_val_aurocs: dict[str, float | None] | None = None
+    ) -> None:
         epoch = EpochReport(
             epoch=len(epochs) + 1,
             step=report.step,
@@ -805,6 +807,8 @@ def _train_head_only(
             val_majority_accuracy=report.val_majority_accuracy,
             val_auroc=report.val_auroc,
             val_labeled_steps=report.val_labeled_steps,
+            head_l2=head_l2,
+            head_l2_val_aurocs=head_l2_val_aurocs,
         )
         epochs.append(asdict(epoch))
         if on_epoch is not None:
@@ -815,25 +819,8 @@ def _train_head_only(
             model, train_features, val_features, penalties=config.head_l2, class_weights=model.class_weights
         )
         curve = fit.curve
-        report = fit.report
-        epochs.append(
-            asdict(
-                EpochReport(
-                    epoch=1,
-                    step=report.step,
-                    train_loss=report.train_loss,
-                    val_loss=report.val_loss,
-                    val_accuracy=report.val_accuracy,
-                    val_majority_accuracy=report.val_majority_accuracy,
-                    val_auroc=report.val_auroc,
-                    val_labeled_steps=report.val_labeled_steps,
-                    head_l2=fit.penalty,
-                    head_l2_val_aurocs={str(k): v for k, v in fit.val_aurocs.items()},
-                )
-            )
-        )
-        if on_epoch is not None:
-            on_epoch(EpochReport(**epochs[-1]))
+        # The penalised fit is reported as the one epoch it is.
+        epoch_done(fit.report, fit.penalty, {str(k): v for k, v in fit.val_aurocs.items()})
     else:
         curve = fit_head(
             model,
