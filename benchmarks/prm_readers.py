@@ -32,6 +32,8 @@ labels CHAMP's 534 first-wrong-step annotations. A reader's features are compute
 kept in ``--cache`` (keyed by reader and backbone).
 
     python benchmarks/prm_readers.py --seeds 0 1 2 3 4
+    python benchmarks/prm_readers.py --lm-depth 16 --readers lm_layer15,lm_span15 --combos lm_layer15+lm_span15 \
+        --pool-positives 1 2 4 6     # correct-answer pool solutions' steps as extra fine labels
     python benchmarks/prm_readers.py --readers causal,step_text,position,lm \
         --combos causal,step_text,causal+step_text+position,lm,causal+step_text+lm
 
@@ -239,18 +241,76 @@ def _stored(name: str, steps: Steps, args: argparse.Namespace,
     return arrays, cpu
 
 
+def is_lm(reader: str) -> bool:
+    return reader == "lm" or LM_READER.fullmatch(reader) is not None
+
+
+def lm_reading(readings: dict[str, np.ndarray], reader: str, lm: str) -> np.ndarray:
+    """One ``lm`` reader's features out of a pass's readings (``_lm_readings``)."""
+    if reader == "lm":  # the product's reading: the last layer at the separator, and the surprise
+        last = max(int(k.removeprefix("lm_layer")) for k in readings if k.startswith("lm_layer"))
+        return np.concatenate([readings[f"lm_layer{last}"], readings["lm_surprise"]], axis=1)
+    if reader not in readings:
+        kept = ", ".join(sorted(readings, key=lambda k: (len(k), k)))
+        raise SystemExit(f"--readers: {reader} is not read from {lm}; it gives {kept}")
+    return readings[reader]
+
+
+def solution_ranks(steps: Steps) -> np.ndarray:
+    """Per step, its solution's place among the solutions of its problem in ``steps.solutions`` (0: the first)."""
+    seen: dict[str, int] = {}
+    ranks = []
+    for solution in steps.solutions:
+        rank = seen.get(solution.problem_id, 0)
+        seen[solution.problem_id] = rank + 1
+        ranks += [rank] * len(solution.steps)
+    return np.array(ranks)
+
+
+def pool_positives(per_problem: int, problems: set[str], candidates: int = 12) -> Steps:
+    """Every step of up to ``per_problem`` CHAMP solutions per problem (of ``problems``) that the product's grader
+    marks correct, as fine steps: of each problem's unannotated solutions, the first ``candidates`` in an order
+    hashed from the problem (the annotated ones are the labeled steps, so never here)."""
+    import random
+
+    from activelearn.grading.workers import grade_many
+    from activelearn.prm.data import LabeledSolution, LabeledStep, RatedCompletion
+    from labeling.data.demo import read_champ
+    from mathtext.extraction import extract_final_answer
+
+    asked: list[tuple[Any, Any, str]] = []
+    for problem in read_champ(solutions_per_problem=None):
+        if problem.unique_id not in problems:
+            continue
+        annotated = {a.conversation for a in problem.annotations}
+        pool = [s for s in problem.solutions if s.conversation not in annotated and s.steps]
+        random.Random(problem.unique_id).shuffle(pool)
+        for solution in pool[:candidates]:
+            given = solution.final_answer or extract_final_answer("\n".join(solution.steps))
+            if given:
+                asked.append((problem, solution, given))
+    grades = grade_many([(given, problem.answer) for problem, _, given in asked])
+    chosen: dict[str, list[LabeledSolution]] = {}
+    for (problem, solution, _), grade in zip(asked, grades, strict=True):
+        kept = chosen.setdefault(problem.unique_id, [])
+        if grade.correct and len(kept) < per_problem:
+            steps = tuple(LabeledStep((RatedCompletion(text, 1),), chosen=0) for text in solution.steps)
+            kept.append(LabeledSolution(problem.unique_id, problem.problem, steps, tuple(solution.steps)))
+    solutions = [s for kept in chosen.values() for s in kept]
+    rows = [(s, i) for s in solutions for i in range(len(s.steps))]
+    return Steps(
+        [s.problem_id for s, _ in rows], [s.problem for s, _ in rows], [s.solution_steps[i] for s, i in rows],  # type: ignore[index]
+        np.array([i for _, i in rows]), np.array([len(s.steps) for s, _ in rows]), np.ones(len(rows), dtype=bool),
+        solutions,
+    )  # fmt: skip
+
+
 def cached(reader: str, steps: Steps, args: argparse.Namespace,
            lm_pass: Callable[[], tuple[dict[str, np.ndarray], float]]) -> tuple[np.ndarray, float]:  # fmt: skip
     """The reader's features and the CPU seconds they took; the ``lm`` readers are cut from ``lm_pass()``."""
-    if reader == "lm" or LM_READER.fullmatch(reader):
+    if is_lm(reader):
         readings, cpu = lm_pass()
-        if reader == "lm":  # the product's reading: the last layer at the separator, and the surprise
-            last = max(int(k.removeprefix("lm_layer")) for k in readings if k.startswith("lm_layer"))
-            return np.concatenate([readings[f"lm_layer{last}"], readings["lm_surprise"]], axis=1), cpu
-        if reader not in readings:
-            kept = ", ".join(sorted(readings, key=lambda k: (len(k), k)))
-            raise SystemExit(f"--readers: {reader} is not read from {args.lm}; it gives {kept}")
-        return readings[reader], cpu
+        return lm_reading(readings, reader, args.lm), cpu
     spec = "" if reader == "position" else args.backbone
     arrays, cpu = _stored(f"{reader}-{spec}", steps, args, lambda: {"X": read(reader, steps, args)})
     return arrays["X"], cpu
@@ -271,7 +331,30 @@ def _trajectories(steps: Steps, rows: np.ndarray, scores: np.ndarray) -> tuple[l
     return solutions, errors
 
 
-def evaluate(features: np.ndarray, steps: Steps, split: np.ndarray) -> dict[str, float]:
+@dataclass(frozen=True)
+class ExtraFine:
+    """Steps that join training as fine (``--pool-positives``): features, problem of each, and the loss weights to
+    choose from on validation (relative to a human label)."""
+
+    features: np.ndarray
+    problem_ids: np.ndarray
+    weights: tuple[float, ...]
+    # Each step's solution's place among its problem's correct solutions (0: the first): with ``per_problem``,
+    # only the first that many of each problem join.
+    ranks: np.ndarray
+    per_problem: int
+
+
+def _balanced(fine: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """``weights`` rescaled so both classes carry half of the total (``class_weight="balanced"`` with weights)."""
+    out = weights.astype(np.float64).copy()
+    total = out.sum()
+    for value in (True, False):
+        out[fine == value] *= total / (2 * out[fine == value].sum())
+    return out
+
+
+def evaluate(features: np.ndarray, steps: Steps, split: np.ndarray, extra: ExtraFine | None = None) -> dict[str, float]:
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import roc_auc_score
     from sklearn.preprocessing import StandardScaler
@@ -279,17 +362,30 @@ def evaluate(features: np.ndarray, steps: Steps, split: np.ndarray) -> dict[str,
     from activelearn.prm.evaluation import error_prior, first_error_baselines, first_error_metrics, prior_threshold
 
     train, validation, test = (np.flatnonzero(split == name) for name in ("train", "validation", "test"))
-    scaler = StandardScaler().fit(features[train])
-    z = scaler.transform(features)
-    best: tuple[float, float, np.ndarray] | None = None
-    for strength in STRENGTHS:
-        model = LogisticRegression(C=strength, class_weight="balanced", max_iter=5000)
-        scores = model.fit(z[train], steps.fine[train]).decision_function(z)
-        value = float(roc_auc_score(steps.fine[validation], scores[validation]))
-        if best is None or value > best[0]:
-            best = (value, strength, scores)
+    # Extra fine steps count only from the training problems; weight 0 is the human labels alone.
+    problems = set(np.asarray(steps.problem_ids)[train])
+    kept = (
+        np.zeros(0, dtype=np.int64)
+        if extra is None
+        else np.flatnonzero([p in problems for p in extra.problem_ids] & (extra.ranks < extra.per_problem))
+    )
+    best: tuple[float, float, np.ndarray, float] | None = None
+    for weight in (0.0, *(extra.weights if extra is not None else ())):
+        rows = kept if weight > 0 else kept[:0]
+        x = features[train] if not len(rows) else np.concatenate([features[train], extra.features[rows]])
+        y = np.concatenate([steps.fine[train], np.ones(len(rows), dtype=bool)])
+        sample = _balanced(y, np.concatenate([np.ones(len(train)), np.full(len(rows), weight)]))
+        scaler = StandardScaler().fit(x)
+        z, zx = scaler.transform(features), scaler.transform(x)
+        for strength in STRENGTHS:
+            model = LogisticRegression(C=strength, max_iter=5000)
+            scores = model.fit(zx, y, sample_weight=sample).decision_function(z)
+            value = float(roc_auc_score(steps.fine[validation], scores[validation]))
+            if best is None or value > best[0]:
+                best = (value, strength, scores, weight)
     assert best is not None
-    val_auroc, strength, scores = best
+    val_auroc, strength, scores, weight = best
+    z = StandardScaler().fit(features[train]).transform(features)
     threshold, val_first = prior_threshold(*_trajectories(steps, validation, scores))
     test_solutions, test_errors = _trajectories(steps, test, scores)
     level = pooled_level(z, steps, np.concatenate([train, validation]), strength)
@@ -302,7 +398,8 @@ def evaluate(features: np.ndarray, steps: Steps, split: np.ndarray) -> dict[str,
         "val_f1": val_first.f1, "test_f1": first_error_metrics(test_solutions, test_errors, threshold).f1,
         "random_f1": random.f1, "strength": strength,
         "test_f1_cv": first_error_metrics(test_solutions, test_errors, cv_threshold).f1, "level": level,
-        "train_solutions": int(np.sum(steps.index[train] == 0)),
+        "train_solutions": int(np.sum(steps.index[train] == 0)), "extra_weight": weight,
+        "extra_steps": len(kept),
     }  # fmt: skip
 
 
@@ -376,7 +473,7 @@ def report(results: dict[str, list[dict[str, float]]], seeds: list[int], cpu: di
     for combo, rows in results.items():
         # The lm readers come from one pass of the LM: its cost is counted once.
         readers = combo.split(" ", 1)[0].split("+")  # a learning curve's row names its share after a space
-        cost = sum({"lm" if r == "lm" or LM_READER.fullmatch(r) else r: cpu[r] for r in readers}.values())
+        cost = sum({"lm" if is_lm(r) else r: cpu[r] for r in readers}.values())
         per_seed = " / ".join(f"{r['test_auroc']:.3f}" for r in rows)
         f1_per_seed = " / ".join(f"{r['test_f1']:.2f}" for r in rows)
         cv_per_seed = " / ".join(f"{r['test_f1_cv']:.2f} ({r['level']:.2f})" for r in rows)
@@ -402,6 +499,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-length", type=int, default=256, help="tokens per pooled text")
     parser.add_argument("--cache", default=str(ROOT / "var" / "prm-readers"), help="where features are kept")
     parser.add_argument("--limit-problems", type=int, help="only the first N CHAMP problems (a quick check)")
+    parser.add_argument("--pool-positives", type=int, nargs="+", metavar="K", help="every step of up to K "
+                        "correct-answer solutions per problem (the product's grader) joins the training problems' "
+                        "labels as fine, at the weight of --pool-weights chosen per seed by validation step AUROC "
+                        "(lm readers only); several K: a learning curve, one LM pass")  # fmt: skip
+    parser.add_argument("--pool-weights", type=float, nargs="+", default=[0.1, 0.3, 1.0])
     parser.add_argument("--train-shares", type=float, nargs="+", help="a learning curve: fit on these shares of "
                         "each seed's training problems too (e.g. 0.25 0.5 1)")  # fmt: skip
     args = parser.parse_args(argv)
@@ -414,6 +516,8 @@ def main(argv: list[str] | None = None) -> int:
     missing = sorted({r for c in combos for r in c.split("+")} - set(readers))
     if missing:
         parser.error(f"--combos uses {', '.join(missing)}, not in --readers")
+    if args.pool_positives is not None and not all(is_lm(r) for r in readers):
+        parser.error("--pool-positives reads the pool with the LM: every reader must be an lm reader")
 
     sys.path.insert(0, str(ROOT))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "annotate.settings")
@@ -433,6 +537,14 @@ def main(argv: list[str] | None = None) -> int:
     for reader in readers:
         features[reader], cpu[reader] = cached(reader, steps, args, lm_pass)
         print(f"{reader}: {features[reader].shape[1]} features, {cpu[reader]:.0f} CPU-s", file=sys.stderr, flush=True)
+    pool: tuple[Steps, dict[str, np.ndarray]] | None = None
+    if args.pool_positives is not None:
+        positives = pool_positives(max(args.pool_positives), set(steps.problem_ids))
+        readings, pool_cpu = _stored(f"pool-positives-{max(args.pool_positives)}-{args.lm}{depth}", positives, args,
+                                     lambda: _lm_readings(args.lm, positives, args.lm_depth))  # fmt: skip
+        pool = positives, readings
+        print(f"pool positives: {len(positives.solutions)} solutions, {len(positives.texts)} steps, "
+              f"{pool_cpu:.0f} CPU-s", file=sys.stderr, flush=True)  # fmt: skip
     results: dict[str, list[dict[str, float]]] = {}
     for combo in combos:
         x = np.concatenate([features[r] for r in combo.split("+")], axis=1)
@@ -441,6 +553,17 @@ def main(argv: list[str] | None = None) -> int:
             solutions = sum(r["train_solutions"] for r in rows) / len(rows)
             name = combo if share == 1.0 else f"{combo} on {share:.0%} of the training problems"
             results[f"{name} ({solutions:.0f} labeled solutions)" if args.train_shares else name] = rows
+        for per_problem in sorted(args.pool_positives or []):
+            assert pool is not None
+            extra = ExtraFine(
+                np.concatenate([lm_reading(pool[1], r, args.lm) for r in combo.split("+")], axis=1),
+                np.asarray(pool[0].problem_ids), tuple(args.pool_weights), solution_ranks(pool[0]), per_problem,
+            )  # fmt: skip
+            rows = [evaluate(x, steps, splits(steps, seed), extra) for seed in args.seeds]
+            chosen = " / ".join(f"{r['extra_weight']:g}" for r in rows)
+            steps_used = sum(r["extra_steps"] for r in rows) / len(rows)
+            results[f"{combo} + up to {per_problem} correct pool solutions a problem ({steps_used:.0f} fine steps; "
+                    f"weight per seed {chosen})"] = rows  # fmt: skip
     print("\n".join(report(results, args.seeds, cpu)))
     return 0
 

@@ -138,3 +138,80 @@ def test_a_learning_curve_fits_on_a_share_of_each_seeds_training_problems(tmp_pa
     # A larger share keeps every problem a smaller one kept: a curve's points are nested.
     more = prm_readers.splits(steps, 0, 0.75)
     assert kept < {p for p, s in zip(steps.problem_ids, more, strict=True) if s == "train"}
+
+
+def _synthetic(problems: int = 100, seed: int = 0) -> tuple[prm_readers.Steps, np.ndarray]:
+    """Two steps a solution, one solution a problem (fine, then wrong), and a feature that tells them apart noisily."""
+    rng = np.random.default_rng(seed)
+    fine = np.array([True, False] * problems)
+    steps = prm_readers.Steps(
+        problem_ids=[f"champ/p{i // 2}" for i in range(2 * problems)], problems=["x"] * 2 * problems,
+        texts=["a"] * 2 * problems, index=np.array([0, 1] * problems), length=np.array([2] * 2 * problems),
+        fine=fine, solutions=[],
+    )  # fmt: skip
+    return steps, np.stack([fine + rng.normal(0, 1.0, len(fine)), rng.normal(0, 1, len(fine))], axis=1)
+
+
+def test_extra_fine_steps_join_only_the_training_problems_and_only_the_first_k_solutions_of_each():
+    steps, features = _synthetic()
+    split = prm_readers.splits(steps, seed=0)
+    train_problems = {p for p, s in zip(steps.problem_ids, split, strict=True) if s == "train"}
+    # Three extra solutions of two steps for every problem, ranked 0, 1, 2 within it.
+    problem_ids = np.array([f"champ/p{p}" for p in range(100) for _ in range(6)])
+    ranks = np.array([r for _ in range(100) for r in (0, 0, 1, 1, 2, 2)])
+    extra_features = np.random.default_rng(1).normal(0, 1, (600, 2)) + np.array([1.0, 0.0])
+    for per_problem in (1, 2):
+        extra = prm_readers.ExtraFine(extra_features, problem_ids, (0.5,), ranks, per_problem)
+        result = prm_readers.evaluate(features, steps, split, extra)
+        assert result["extra_steps"] == 2 * per_problem * len(train_problems)
+        assert result["extra_weight"] in (0.0, 0.5)
+
+    # With no weight to try, the extra steps change nothing: the human labels alone.
+    alone = prm_readers.evaluate(features, steps, split)
+    unused = prm_readers.evaluate(
+        features, steps, split, prm_readers.ExtraFine(extra_features, problem_ids, (), ranks, 3)
+    )
+    assert unused["extra_weight"] == 0.0
+    assert {k: v for k, v in unused.items() if k != "extra_steps"} == {
+        k: v for k, v in alone.items() if k != "extra_steps"
+    }
+
+
+def test_balanced_weights_give_each_class_half_of_the_total():
+    fine = np.array([True, True, True, False])
+    weights = prm_readers._balanced(fine, np.array([1.0, 1.0, 0.5, 1.0]))
+    assert weights[fine].sum() == pytest.approx(weights[~fine].sum()) == pytest.approx(1.75)
+    assert weights[0] / weights[2] == pytest.approx(2.0)  # within a class, the given weights keep their ratio
+
+
+def test_solution_ranks_count_each_problems_solutions_in_order():
+    from activelearn.prm.data import LabeledSolution, LabeledStep, RatedCompletion
+
+    def solution(problem: str, length: int) -> LabeledSolution:
+        return LabeledSolution(problem, "x", tuple(LabeledStep((RatedCompletion("s", 1),), 0) for _ in range(length)))
+
+    steps = prm_readers.Steps([], [], [], np.array([]), np.array([]), np.array([]),
+                              [solution("a", 2), solution("b", 1), solution("a", 3)])  # fmt: skip
+    assert prm_readers.solution_ranks(steps).tolist() == [0, 0, 0, 1, 1, 1]
+
+
+def test_pool_positives_need_every_reader_to_be_an_lm_reader(tmp_path):
+    run = _run(tmp_path, "--readers", "lm_layer1,position", "--pool-positives", "1")
+    assert run.returncode == 2 and "--pool-positives reads the pool with the LM" in run.stderr
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_correct_pool_solutions_join_as_fine_steps_in_a_learning_curve_from_one_lm_pass(tmp_path, tiny_lm):
+    run = _run(tmp_path, "--lm", tiny_lm, "--readers", "lm_layer1", "--pool-positives", "1", "2",
+               "--pool-weights", "0.5", "--seeds", "0")  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = [line.split("|")[1].strip() for line in run.stdout.splitlines() if line.startswith("| ")]
+    curve = [re.fullmatch(r"lm_layer1 \+ up to (\d) correct pool solutions a problem \((\d+) fine steps; "
+                          r"weight per seed (0|0\.5)\)", row) for row in rows[-2:]]  # fmt: skip
+    assert all(curve) and [m.group(1) for m in curve if m] == ["1", "2"]
+    added = [int(m.group(2)) for m in curve if m]
+    assert 0 < added[0] <= added[1]  # the first solution of each problem is among the first two
+    (saved,) = tmp_path.glob("pool-positives-2-*tiny-lm-*.npz")
+    assert "lm_layer1" in np.load(saved).files
+    assert re.search(r"pool positives: \d+ solutions, \d+ steps", run.stderr)
