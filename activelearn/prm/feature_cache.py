@@ -32,7 +32,7 @@ import hashlib
 import sqlite3
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -194,34 +194,55 @@ def separator_hidden(
         if key not in known:
             missing.setdefault(key, ids)
     todo = sorted(missing.items(), key=lambda item: len(item[1]))
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            for start in range(0, len(todo), MISS_BATCH):
-                chunk = todo[start : start + MISS_BATCH]
-                input_ids, attention_mask = pad_batch([ids for _, ids in chunk], pad_id)
-                with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-                    hidden = model.backbone(
-                        input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), use_cache=False
-                    ).last_hidden_state
-                computed = []
-                for row, (key, ids) in enumerate(chunk):
-                    positions = tuple(i for i, token in enumerate(ids) if token == separator_id)
-                    vectors = hidden[row, list(positions)].float().cpu()
-                    known[key] = (positions, vectors)
-                    computed.append((key, positions, vectors))
-                if cache is not None:
-                    cache.put_many(computed)
-                if on_batch is not None:
-                    on_batch()
-    finally:
-        model.train(was_training)
+    for chunk, _, hidden in _missed_batches(model, [ids for _, ids in todo], pad_id, device, on_batch):
+        computed = []
+        for row, index in enumerate(chunk):
+            key, ids = todo[index]
+            positions = tuple(i for i, token in enumerate(ids) if token == separator_id)
+            vectors = hidden[row, list(positions)].float().cpu()
+            known[key] = (positions, vectors)
+            computed.append((key, positions, vectors))
+        if cache is not None:
+            cache.put_many(computed)
     out: list[dict[int, torch.Tensor]] = []
     for key in keys:
         positions, vectors = known[key]
         out.append({position: vectors[index] for index, position in enumerate(positions)})
     return out
+
+
+def _autocast(device: torch.device) -> torch.autocast:
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
+
+
+def _missed_batches(
+    model: ProcessRewardModel,
+    windows: Sequence[Sequence[int]],
+    pad_id: int,
+    device: torch.device,
+    on_batch: Callable[[], None] | None,
+) -> Iterator[tuple[range, torch.Tensor, torch.Tensor]]:
+    """The backbone's forward pass over ``windows`` (what the cache lacks, sorted by length so
+    a batch pads little), ``MISS_BATCH`` at a time: the indices of each batch's windows, its
+    input ids and last hidden states, on ``device``. Inference mode and eval mode hold while
+    the caller reads a batch; ``on_batch`` is called after it."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            for start in range(0, len(windows), MISS_BATCH):
+                chunk = range(start, min(start + MISS_BATCH, len(windows)))
+                input_ids, attention_mask = pad_batch([windows[i] for i in chunk], pad_id)
+                input_ids = input_ids.to(device)
+                with _autocast(device):
+                    hidden = model.backbone(
+                        input_ids=input_ids, attention_mask=attention_mask.to(device), use_cache=False
+                    ).last_hidden_state
+                yield chunk, input_ids, hidden
+                if on_batch is not None:
+                    on_batch()
+    finally:
+        model.train(was_training)
 
 
 @dataclass(frozen=True)
@@ -266,33 +287,20 @@ def step_vectors(
         (index for index, ks in enumerate(keys) if any(k not in known for k in ks)),
         key=lambda index: len(requests[index].input_ids),
     )
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            for start in range(0, len(todo), MISS_BATCH):
-                chunk = todo[start : start + MISS_BATCH]
-                input_ids, attention_mask = pad_batch([requests[i].input_ids for i in chunk], pad_id)
-                input_ids = input_ids.to(device)
-                with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-                    hidden = model.backbone(
-                        input_ids=input_ids, attention_mask=attention_mask.to(device), use_cache=False
-                    ).last_hidden_state
-                    rows = torch.tensor([row for row, i in enumerate(chunk) for _ in requests[i].positions])
-                    cols = torch.tensor([p for i in chunk for p in requests[i].positions])
-                    firsts = torch.tensor([s for i in chunk for s in requests[i].starts])
-                    vectors = (
-                        model.head_vectors(hidden, input_ids, rows.to(device), cols.to(device), firsts.to(device))
-                        .float()
-                        .cpu()
-                    )
-                computed = [(key, vectors[n]) for n, key in enumerate(k for i in chunk for k in keys[i])]
-                known.update(computed)
-                if cache is not None:
-                    cache.put_steps(computed)
-                if on_batch is not None:
-                    on_batch()
-    finally:
-        model.train(was_training)
+    asked = [requests[i] for i in todo]
+    for chunk, input_ids, hidden in _missed_batches(model, [r.input_ids for r in asked], pad_id, device, on_batch):
+        # Under the same autocast as the forward pass: the surprise's vocabulary matmul is the
+        # other large product, and on a GPU it runs in bf16 like the backbone.
+        with _autocast(device):
+            rows = torch.tensor([row for row, i in enumerate(chunk) for _ in asked[i].positions])
+            cols = torch.tensor([p for i in chunk for p in asked[i].positions])
+            firsts = torch.tensor([s for i in chunk for s in asked[i].starts])
+            vectors = (
+                model.head_vectors(hidden, input_ids, rows.to(device), cols.to(device), firsts.to(device)).float().cpu()
+            )
+        computed = [(key, vectors[n]) for n, key in enumerate(k for i in chunk for k in keys[todo[i]])]
+        known.update(computed)
+        if cache is not None:
+            cache.put_steps(computed)
     width = model.prm_config.head_inputs
     return [torch.stack([known[k] for k in ks]) if ks else torch.zeros(0, width) for ks in keys]

@@ -171,3 +171,41 @@ def test_a_solution_labeled_at_its_final_step_leaves_every_step_of_its_window_fo
     assert read.vectors.shape == (1, model.prm_config.head_inputs)
     assert counter.calls == 1, "only the uncached scoring ran the backbone"
     assert scored[0].step_scores == pytest.approx(plain[0].step_scores, abs=1e-5)
+
+
+@pytest.mark.parametrize("features", [(), ("span",)])
+def test_a_miss_pass_runs_in_batches_reports_each_and_leaves_the_model_in_the_mode_it_found(
+    tmp_path, features, monkeypatch
+):
+    """Both cache paths (separators, per step) share one forward loop: batches of MISS_BATCH
+    windows, ``on_batch`` after each, no gradient, and a model in training mode stays in it."""
+    from activelearn.prm.batching import encode_examples
+    from activelearn.prm.data import build_examples
+    from activelearn.prm.head_training import separator_features
+    from activelearn.prm.modeling import ProcessRewardModel
+    from tests.activelearn.prm.conftest import save_tiny_llama
+
+    monkeypatch.setattr(feature_cache, "MISS_BATCH", 2)
+    backbone = save_tiny_llama(tmp_path / "llama", tied=True)
+    model, tokenizer = ProcessRewardModel.from_backbone(str(backbone), max_length=128, step_features=features)
+    freeze_lower_layers(model, 99)
+    model.train()
+    encoder = model.step_encoder(tokenizer)
+    sequences = encode_examples(encoder, build_examples(keyword_solutions(5, seed=3)))
+    seen: list[bool] = []
+    counter = ForwardCounter(model.backbone)
+    found = separator_features(
+        model,
+        sequences,
+        encoder.pad_id,
+        torch.device("cpu"),
+        on_batch=lambda: seen.append(torch.is_inference_mode_enabled()),
+        separator_id=encoder.separator_id,
+        cache=FeatureCache(tmp_path / "cache"),
+    )
+
+    assert counter.calls == len(seen) == -(-len(sequences) // 2)
+    assert all(seen), "the forward pass ran outside inference mode"
+    assert model.training and not torch.is_inference_mode_enabled()
+    assert len(found.vectors) == sum(len(s.label_classes) for s in sequences)
+    assert found.vectors.shape[1] == model.prm_config.head_inputs
