@@ -75,12 +75,19 @@ class Steps:
     solutions: list[Any]  # LabeledSolution, for the product's readers
 
 
-def champ_steps(limit_problems: int | None = None) -> Steps:
-    from activelearn.prm.data import LabeledSolution, LabeledStep, RatedCompletion
+@functools.cache
+def _champ() -> list[Any]:
+    """CHAMP's problems with every solution and annotation (``read_champ``), read once a process (about 20 CPU-s)."""
     from labeling.data.demo import read_champ
 
+    return read_champ(solutions_per_problem=None)
+
+
+def champ_steps(limit_problems: int | None = None) -> Steps:
+    from activelearn.prm.data import LabeledSolution, LabeledStep, RatedCompletion
+
     problem_ids, problems, texts, index, length, fine, solutions = [], [], [], [], [], [], []
-    read = read_champ(solutions_per_problem=None)
+    read = _champ()
     for problem in read[:limit_problems] if limit_problems else read:
         for annotation in problem.annotations:
             steps = []
@@ -275,11 +282,10 @@ def pool_positives(per_problem: int, problems: set[str], candidates: int = 12) -
 
     from activelearn.grading.workers import grade_many
     from activelearn.prm.data import LabeledSolution, LabeledStep, RatedCompletion
-    from labeling.data.demo import read_champ
     from mathtext.extraction import extract_final_answer
 
     asked: list[tuple[Any, Any, str]] = []
-    for problem in read_champ(solutions_per_problem=None):
+    for problem in _champ():
         if problem.unique_id not in problems:
             continue
         annotated = {a.conversation for a in problem.annotations}
