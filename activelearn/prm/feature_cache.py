@@ -211,7 +211,9 @@ def separator_hidden(
     return out
 
 
-def _autocast(device: torch.device) -> torch.autocast:
+def inference_autocast(device: torch.device) -> torch.autocast:
+    """The numeric mode of every inference pass (scoring, features): bf16 on a GPU roughly
+    doubles throughput; the float32 CPU path stays exact (``_numeric_mode`` keys the cache)."""
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
 
 
@@ -234,7 +236,7 @@ def _missed_batches(
                 chunk = range(start, min(start + MISS_BATCH, len(windows)))
                 input_ids, attention_mask = pad_batch([windows[i] for i in chunk], pad_id)
                 input_ids = input_ids.to(device)
-                with _autocast(device):
+                with inference_autocast(device):
                     hidden = model.backbone(
                         input_ids=input_ids, attention_mask=attention_mask.to(device), use_cache=False
                     ).last_hidden_state
@@ -291,7 +293,7 @@ def step_vectors(
     for chunk, input_ids, hidden in _missed_batches(model, [r.input_ids for r in asked], pad_id, device, on_batch):
         # Under the same autocast as the forward pass: the surprise's vocabulary matmul is the
         # other large product, and on a GPU it runs in bf16 like the backbone.
-        with _autocast(device):
+        with inference_autocast(device):
             rows = torch.tensor([row for row, i in enumerate(chunk) for _ in asked[i].positions])
             cols = torch.tensor([p for i in chunk for p in asked[i].positions])
             firsts = torch.tensor([s for i in chunk for s in asked[i].starts])

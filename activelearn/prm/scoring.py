@@ -141,7 +141,7 @@ def score_solutions(
                 rows = torch.tensor([r for r, (_, w) in enumerate(chunk) for _ in w.separator_positions])
                 cols = torch.tensor([p for _, w in chunk for p in w.separator_positions])
                 starts = torch.tensor([s for _, w in chunk for s in w.step_starts])
-                with _autocast(device):
+                with feature_cache_module.inference_autocast(device):
                     logits = model(
                         input_ids.to(device),
                         attention_mask.to(device),
@@ -172,8 +172,3 @@ def _results(
             )
         )
     return results
-
-
-def _autocast(device: torch.device) -> torch.autocast:
-    # bf16 on GPU roughly doubles throughput; the float32 CPU path stays exact.
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
