@@ -373,7 +373,7 @@ def evaluate(features: np.ndarray, steps: Steps, split: np.ndarray, extra: Extra
     kept = (
         np.zeros(0, dtype=np.int64)
         if extra is None
-        else np.flatnonzero([p in problems for p in extra.problem_ids] & (extra.ranks < extra.per_problem))
+        else np.flatnonzero(np.isin(extra.problem_ids, list(problems)) & (extra.ranks < extra.per_problem))
     )
     best: tuple[float, float, np.ndarray, float] | None = None
     for weight in (0.0, *(extra.weights if extra is not None else ())):
@@ -559,12 +559,12 @@ def main(argv: list[str] | None = None) -> int:
             solutions = sum(r["train_solutions"] for r in rows) / len(rows)
             name = combo if share == 1.0 else f"{combo} on {share:.0%} of the training problems"
             results[f"{name} ({solutions:.0f} labeled solutions)" if args.train_shares else name] = rows
-        for per_problem in sorted(args.pool_positives or []):
-            assert pool is not None
-            extra = ExtraFine(
-                np.concatenate([lm_reading(pool[1], r, args.lm) for r in combo.split("+")], axis=1),
-                np.asarray(pool[0].problem_ids), tuple(args.pool_weights), solution_ranks(pool[0]), per_problem,
-            )  # fmt: skip
+        if pool is None:
+            continue
+        pool_features = np.concatenate([lm_reading(pool[1], r, args.lm) for r in combo.split("+")], axis=1)
+        for per_problem in sorted(args.pool_positives):
+            extra = ExtraFine(pool_features, np.asarray(pool[0].problem_ids), tuple(args.pool_weights),
+                              solution_ranks(pool[0]), per_problem)  # fmt: skip
             rows = [evaluate(x, steps, splits(steps, seed), extra) for seed in args.seeds]
             chosen = " / ".join(f"{r['extra_weight']:g}" for r in rows)
             steps_used = sum(r["extra_steps"] for r in rows) / len(rows)
