@@ -31,6 +31,7 @@ from activelearn.checkpoints.training_data import (
 )
 from activelearn.generations.liveness import Pulse
 from activelearn.models import CheckpointObjective, CheckpointStatus, PRMCheckpoint
+from activelearn.prm.recipes import AGGREGATIONS
 
 if TYPE_CHECKING:
     from activelearn.prm.adaptation import AdaptConfig
@@ -58,6 +59,7 @@ TRAIN_CONFIG_KEYS = frozenset(
         "step_features",
         "backbone_layers",
         "head_l2",
+        "aggregation",
         "class_weighting",
         "val_fraction",
         "split_salt",
@@ -227,6 +229,9 @@ def checkpoint_create(
         or not all(isinstance(x, int | float) and not isinstance(x, bool) and x > 0 for x in strengths)
     ):
         raise ValueError(f"head_l2 must be a list of L2 strengths > 0, got {strengths!r}")
+    aggregation = overrides.get("aggregation")
+    if aggregation is not None and aggregation not in AGGREGATIONS:
+        raise ValueError(f"aggregation must be one of {list(AGGREGATIONS)}, got {aggregation!r}")
     base_filters = filters or TrainingDataFilters()
     data_filters = TrainingDataFilters.from_json({**base_filters.to_json(), "through_generation": through_generation})
     root = Path(output_root if output_root is not None else settings.CHECKPOINT_DIR)

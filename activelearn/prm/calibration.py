@@ -20,14 +20,15 @@
   validation majority vote and the solution-level AUROC of each aggregation on the
   labelers' whole validation solutions are recorded beside it, not used. Without a pool
   of at least one problem with ``CHOOSE_AT`` graded solutions the choice is "min", which
-  unlike "product" does not reward short solutions.
+  unlike "product" does not reward short solutions. A recipe may fix the aggregation
+  instead (``TrainConfig.aggregation``; ``small_causal`` does): then no pool is scored.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -49,6 +50,7 @@ from activelearn.prm.scoring import REDUCTIONS, NeutralAs, Reduction, reduce_ste
 
 FALLBACK_AGGREGATION: Reduction = "min"
 THRESHOLD_RULE = "error-prior quantile of the validation step scores"
+FIXED_AGGREGATION = "fixed by the training recipe (TrainConfig.aggregation); the validation pool is not scored"
 AGGREGATION_RULE = "highest expected best-of-4 weighted vote on the validation problems' graded pool"
 # Best-of-4 rather than 16: more validation problems have 4 graded solutions than 16.
 CHOOSE_AT = 4
@@ -181,9 +183,14 @@ def calibrate(
     neutral_as: NeutralAs = "positive",
     batch_size: int = 16,
     pool: Sequence[OutcomeSolution] = (),
+    aggregation: Reduction | None = None,
 ) -> Calibration | None:
     """Threshold from labeled validation solutions, aggregation from the graded ``pool`` of
-    the validation problems (see the module docstring); None without labeled solutions."""
+    the validation problems (see the module docstring); None without labeled solutions.
+
+    A fixed ``aggregation`` (a recipe's) is kept as given: neither the pool nor the labeled
+    solutions beyond their first error are scored, which on a causal LM is most of what
+    calibration costs."""
     trajectories = [trajectory_with_first_error(solution) for solution in solutions]
     usable = [(s, t) for s, t in zip(solutions, trajectories, strict=True) if t[0]]
     if not usable:
@@ -194,6 +201,16 @@ def calibrate(
     step_scores = [r.step_scores for r in scored]
     first_errors = [first for _, (_, first) in usable]
     threshold, metrics = prior_threshold(step_scores, first_errors)
+    fixed = Calibration(
+        threshold=threshold,
+        first_error=metrics,
+        aggregation=aggregation or FALLBACK_AGGREGATION,
+        aggregation_reason=FIXED_AGGREGATION,
+        solutions=len(usable),
+        error_prior=error_prior([len(s) for s in step_scores], first_errors),
+    )
+    if aggregation is not None:
+        return fixed
     whole = [(s, first is not None) for s, (_, first) in usable if s.solution_steps]
     whole_scores = score_solutions(
         model, tokenizer, [(s.problem, s.solution_steps or ()) for s, _ in whole], batch_size, "min", neutral_as
@@ -207,9 +224,8 @@ def calibrate(
     for solution, result in zip(sampled, pool_scores, strict=True):
         by_problem.setdefault(solution.problem_id, []).append((result.step_scores, solution.correct, solution.vote_key))
     choice = choose_aggregation(list(by_problem.values()))
-    return Calibration(
-        threshold=threshold,
-        first_error=metrics,
+    return replace(
+        fixed,
         aggregation=choice.aggregation,
         aggregation_auroc=aurocs,
         aggregation_solutions=len(whole),
@@ -219,6 +235,4 @@ def calibrate(
         majority_vote=choice.majority,
         pool_problems=sum(len(problem) >= CHOOSE_AT for problem in by_problem.values()),
         pool_solutions=len(sampled),
-        solutions=len(usable),
-        error_prior=error_prior([len(s) for s in step_scores], first_errors),
     )

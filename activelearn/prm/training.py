@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from accelerate import Accelerator
@@ -66,7 +66,8 @@ from activelearn.prm.head_training import (
 )
 from activelearn.prm.memory import ADAPTERS, Adapter, AdapterPlan, choose_adapter, device_memory, world_size
 from activelearn.prm.modeling import CONFIG_FILE, IGNORE_INDEX, NEGATIVE, ProcessRewardModel
-from activelearn.prm.recipes import recipe_for
+from activelearn.prm.recipes import AGGREGATIONS, CHOOSE_AGGREGATION, recipe_for
+from activelearn.prm.scoring import Reduction
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +111,9 @@ class TrainConfig:
     # step AUROC kept (head_training.fit_penalised_head); () trains it for num_epochs with
     # AdamW instead. None: the recipe's.
     head_l2: tuple[float, ...] | None = None
+    # How step scores become a solution score: a name from scoring.REDUCTIONS, or "choose"
+    # (on the validation problems' graded pool, calibration.calibrate). None: the recipe's.
+    aggregation: str | None = None
     # The backbone's lowest layers kept; the head reads the last of them
     # (activelearn.prm.modeling.cut_backbone). None: the recipe's; the layer count: all.
     backbone_layers: int | None = None
@@ -154,6 +158,8 @@ class TrainConfig:
             raise ValueError(f"processes must be at least 1, got {self.processes}")
         if self.objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {list(OBJECTIVES)}, got {self.objective!r}")
+        if self.aggregation is not None and self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"aggregation must be one of {list(AGGREGATIONS)}, got {self.aggregation!r}")
         if self.outcome_targets not in OUTCOME_TARGETS:
             raise ValueError(f"outcome_targets must be one of {list(OUTCOME_TARGETS)}, got {self.outcome_targets!r}")
         weight = self.outcome_weight
@@ -182,6 +188,7 @@ class TrainConfig:
             step_features=self._resolved_step_features(recipe.step_features),
             backbone_layers=self._resolved_backbone_layers(recipe.backbone_layer_share),
             head_l2=tuple(self.head_l2) if self.head_l2 is not None else recipe.head_l2,
+            aggregation=self.aggregation if self.aggregation is not None else recipe.aggregation,
         )
 
     @property
@@ -673,7 +680,7 @@ def train_prm(
     elif accelerator.is_main_process or sharded:
         # Under FSDP every process runs the same forward passes (each gathers the blocks
         # it does not hold); only the main process's result is kept.
-        calibration = _calibrate_process(unwrapped, tokenizer, val_items, config.eval_batch_size, selection_pool)
+        calibration = _calibrate_process(unwrapped, tokenizer, val_items, config, selection_pool)
     result = TrainResult(
         final_dir=final_dir,
         train_loss_curve=state.loss_curve,
@@ -742,16 +749,19 @@ def _calibrate_process(
     model: ProcessRewardModel,
     tokenizer: PreTrainedTokenizerBase,
     val_items: Sequence[TrainingItem],
-    batch_size: int,
+    config: TrainConfig,
     pool: Sequence[OutcomeSolution],
 ) -> dict[str, Any] | None:
     """Threshold from the human-labeled validation solutions (outcome solutions carry no
-    first error to choose a threshold on), aggregation from the validation problems' graded
-    ``pool``."""
+    first error to choose a threshold on), aggregation fixed by ``config`` or chosen on the
+    validation problems' graded ``pool``."""
     labeled_validation = [item for item in val_items if isinstance(item, LabeledSolution)]
     if not labeled_validation:
         return None
-    found = calibrate(model, tokenizer, labeled_validation, batch_size=batch_size, pool=pool)
+    fixed = None if config.aggregation in (None, CHOOSE_AGGREGATION) else cast(Reduction, config.aggregation)
+    found = calibrate(
+        model, tokenizer, labeled_validation, batch_size=config.eval_batch_size, pool=pool, aggregation=fixed
+    )
     return found.to_json() if found is not None else None
 
 
@@ -839,7 +849,7 @@ def _train_head_only(
     calibration = (
         outcome_calibration(len(val_items))
         if config.objective == "outcome"
-        else _calibrate_process(model, tokenizer, val_items, config.eval_batch_size, selection_pool)
+        else _calibrate_process(model, tokenizer, val_items, config, selection_pool)
     )
     last = epochs[-1]
     result = TrainResult(

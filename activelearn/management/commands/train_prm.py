@@ -21,6 +21,7 @@ from activelearn.checkpoints.runs import (
 from activelearn.checkpoints.training_data import OutcomeDataFilters, OutcomeSelectionError, TrainingDataFilters
 from activelearn.management.commands._options import adapt_config, fmt
 from activelearn.models import CheckpointObjective, CheckpointStatus, PRMCheckpoint
+from activelearn.prm.recipes import AGGREGATIONS
 
 # AdaptConfig fields --adapt-steps and its company set (the rest keep their defaults).
 ADAPT_OPTIONS = {
@@ -79,6 +80,12 @@ class Command(BaseCommand):
             nargs="*",
             help="head only: fit the head at these L2 strengths, keep the best on validation (none given: AdamW for "
             "--epochs; default: the backbone family's)",
+        )
+        parser.add_argument(
+            "--aggregation",
+            choices=AGGREGATIONS,
+            help="how step scores become a solution score: choose (on the validation problems' graded pool) or a "
+            "fixed one (default: the backbone family's; docs/prm.md)",
         )
         parser.add_argument("--class-weighting", choices=["balanced", "none"], help="loss weights per class")
         parser.add_argument("--val-fraction", type=float)
@@ -170,6 +177,7 @@ class Command(BaseCommand):
                         ("step_features", "step_features"),
                         ("backbone_layers", "backbone_layers"),
                         ("head_l2", "head_l2"),
+                        ("aggregation", "aggregation"),
                         ("class_weighting", "class_weighting"),
                         ("val_fraction", "val_fraction"),
                         ("seed", "seed"),

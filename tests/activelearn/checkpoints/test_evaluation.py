@@ -226,12 +226,12 @@ def test_it_trains_on_one_split_validates_on_another_and_evaluates_on_a_third(se
     assert validation_ids
 
 
-def test_it_chooses_the_aggregation_on_the_validation_problems_graded_solutions(settings, tmp_path):
-    settings.CHECKPOINT_DIR = tmp_path
+def _graded_validation_pool() -> None:
+    """Human labels on 8 training and 3 validation problems, and graded solutions (no human
+    label): five on each of two validation problems, three on the third (too few for
+    best-of-4), and some on a training problem, which stays out of the pool."""
     train_ids = _split_labels("train", 8, seed=11)
     validation_ids = _split_labels("validation", 3, seed=12)
-    # Graded solutions (no human label): five on each of two validation problems, three on
-    # the third (too few for best-of-4), and some on a training problem, which stays out.
     for unique_id, count in [(validation_ids[0], 5), (validation_ids[1], 5), (validation_ids[2], 3)]:
         of = Problem.objects.get(unique_id=unique_id)
         for i in range(count):
@@ -241,6 +241,9 @@ def test_it_chooses_the_aggregation_on_the_validation_problems_graded_solutions(
     for i in range(6):
         graded = solution(of=trained_on, steps=[f"other {i}"])
         Solution.objects.filter(pk=graded.pk).update(is_correct=True)
+
+
+def _train_tiny(*options: str) -> PRMCheckpoint:
     call_command(
         "train_prm",
         "--backbone=tiny:bert",
@@ -249,8 +252,15 @@ def test_it_chooses_the_aggregation_on_the_validation_problems_graded_solutions(
         "--max-steps=2",
         "--max-length=64",
         "--no-progress",
+        *options,
     )
-    calibration = PRMCheckpoint.objects.get().calibration
+    return PRMCheckpoint.objects.latest("pk")
+
+
+def test_it_chooses_the_aggregation_on_the_validation_problems_graded_solutions(settings, tmp_path):
+    settings.CHECKPOINT_DIR = tmp_path
+    _graded_validation_pool()
+    calibration = _train_tiny().calibration
     assert (calibration["pool_problems"], calibration["pool_solutions"]) == (2, 13)
     # The pool's answers are grouped, so the weighted vote decides; the pick is recorded.
     table = calibration["aggregation_vote"]
@@ -261,6 +271,39 @@ def test_it_chooses_the_aggregation_on_the_validation_problems_graded_solutions(
     assert 0.0 <= calibration["majority_vote"] <= 1.0
     assert PRMCheckpoint.objects.get().aggregation == calibration["aggregation"]
     assert "best-of-4 weighted vote on 2 validation problems" in calibration["aggregation_reason"]
+
+
+def test_a_fixed_aggregation_scores_no_pool_solution_and_leaves_the_threshold_as_it_was(
+    settings, tmp_path, monkeypatch
+):
+    from activelearn.prm import calibration as calibration_module
+    from activelearn.prm.scoring import score_solutions
+
+    settings.CHECKPOINT_DIR = tmp_path
+    _graded_validation_pool()
+    scored: list[int] = []
+
+    def counting(model, tokenizer, items, *args, **kwargs):
+        scored.append(len(items))
+        return score_solutions(model, tokenizer, items, *args, **kwargs)
+
+    monkeypatch.setattr(calibration_module, "score_solutions", counting)
+    chosen = _train_tiny()
+    assert sum(scored) == 3 + 3 + 13  # trajectories, whole solutions, the pool
+    scored.clear()
+    fixed = _train_tiny("--aggregation=last")
+    # Only the 3 labeled validation trajectories, which the threshold needs.
+    assert scored == [3]
+    assert fixed.aggregation == fixed.calibration["aggregation"] == "last"
+    assert fixed.calibration["pool_solutions"] == 0 and fixed.calibration["aggregation_vote"] == {}
+    assert "fixed by the training recipe" in fixed.calibration["aggregation_reason"]
+    assert fixed.hyperparameters["train"]["aggregation"] == "last"
+    # The same data and seed: the threshold and its validation F1 do not depend on how the
+    # aggregation was settled.
+    assert fixed.threshold == pytest.approx(chosen.threshold)
+    assert fixed.calibration["first_error"] == chosen.calibration["first_error"]
+    with pytest.raises(CommandError, match="invalid choice: 'median'"):
+        _train_tiny("--aggregation=median")
 
 
 def test_it_refuses_a_validation_split_that_overlaps_training(settings, tmp_path):

@@ -1,4 +1,5 @@
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,8 @@ from activelearn.checkpoints.runs import (
 from activelearn.checkpoints.scoring import solutions_score, solutions_score_range
 from activelearn.models import CheckpointStatus, PRMCheckpoint, SolutionScore
 from activelearn.prm.modeling import STEP_FEATURES, ProcessRewardModel
-from activelearn.prm.scoring import score_solutions
+from activelearn.prm.recipes import AGGREGATIONS, CHOOSE_AGGREGATION
+from activelearn.prm.scoring import REDUCTIONS, score_solutions
 from activelearn.prm.training import ForeignRunError, TrainConfig, output_dir_claim
 from labeling.models import Problem
 from tests.activelearn.label_factories import TINY_CONFIG, keyword_labels, problem, solution
@@ -222,6 +224,7 @@ def test_it_allows_exactly_the_train_config_fields_it_can_override():
     fields = {f.name for f in dataclasses.fields(TrainConfig)} - {"output_dir", "backbone"}
     assert fields == TRAIN_CONFIG_KEYS
     assert set(STEP_FEATURES) == STEP_FEATURE_NAMES
+    assert (CHOOSE_AGGREGATION, *REDUCTIONS) == AGGREGATIONS
 
 
 def test_it_refuses_an_unknown_step_feature_before_creating_a_run():
@@ -233,6 +236,9 @@ def test_it_refuses_an_unknown_step_feature_before_creating_a_run():
     for strengths in (0.1, [0.1, 0], ["strong"]):
         with pytest.raises(ValueError, match="head_l2 must be a list of L2 strengths > 0"):
             checkpoint_create(base_model="tiny:llama", through_generation=None, config={"head_l2": strengths})
+    for aggregation in ("median", ["mean"]):
+        with pytest.raises(ValueError, match=re.escape(f"must be one of {list(AGGREGATIONS)}, got {aggregation!r}")):
+            checkpoint_create(base_model="tiny:llama", through_generation=None, config={"aggregation": aggregation})
     assert not PRMCheckpoint.objects.exists()
 
 

@@ -252,8 +252,10 @@ def test_the_small_causal_recipe_reads_the_middle_layer_and_the_span_and_a_saved
     spec = str(save_tiny_llama(tmp_path / "llama", tied=True))
     recipe = recipe_for("builtin:smollm2")
     assert recipe.step_features == ("span",) and recipe.backbone_layer_share == 0.5
+    assert recipe.aggregation == "mean" and recipe_for("builtin:minilm").aggregation == "choose"
     resolved = TrainConfig(output_dir=tmp_path / "out", backbone=spec).resolved()
     assert resolved.backbone_layers == 1 and resolved.step_features == ("span",)  # half of the tiny Llama's 2
+    assert resolved.aggregation == "mean"
     labeled = _oracle_labeled(6, 2, seed=3)
     result = train_prm(labeled, replace(resolved, num_epochs=1), validation=_oracle_labeled(3, 2, seed=5))
     saved = json.loads((Path(result.final_dir) / CONFIG_FILE).read_text())
