@@ -76,19 +76,19 @@ class Steps:
 
 
 @functools.cache
-def _champ() -> list[Any]:
-    """CHAMP's problems with every solution and annotation (``read_champ``), read once a process (about 20 CPU-s)."""
+def _champ(limit_problems: int | None) -> list[Any]:
+    """CHAMP's problems (the first ``limit_problems``; None: all) with every solution and annotation
+    (``read_champ``), read once a process (about 12 CPU-s for all)."""
     from labeling.data.demo import read_champ
 
-    return read_champ(solutions_per_problem=None)
+    return read_champ(solutions_per_problem=None, limit_problems=limit_problems)
 
 
 def champ_steps(limit_problems: int | None = None) -> Steps:
     from activelearn.prm.data import LabeledSolution, LabeledStep, RatedCompletion
 
     problem_ids, problems, texts, index, length, fine, solutions = [], [], [], [], [], [], []
-    read = _champ()
-    for problem in read[:limit_problems] if limit_problems else read:
+    for problem in _champ(limit_problems or None):
         for annotation in problem.annotations:
             steps = []
             for i, text in enumerate(annotation.steps):
@@ -274,7 +274,9 @@ def solution_ranks(steps: Steps) -> np.ndarray:
     return np.array(ranks)
 
 
-def pool_positives(per_problem: int, problems: set[str], candidates: int = 12) -> Steps:
+def pool_positives(
+    per_problem: int, problems: set[str], candidates: int = 12, limit_problems: int | None = None
+) -> Steps:
     """Every step of up to ``per_problem`` CHAMP solutions per problem (of ``problems``) that the product's grader
     marks correct, as fine steps: of each problem's unannotated solutions, the first ``candidates`` in an order
     hashed from the problem (the annotated ones are the labeled steps, so never here)."""
@@ -285,7 +287,7 @@ def pool_positives(per_problem: int, problems: set[str], candidates: int = 12) -
     from mathtext.extraction import extract_final_answer
 
     asked: list[tuple[Any, Any, str]] = []
-    for problem in _champ():
+    for problem in _champ(limit_problems or None):
         if problem.unique_id not in problems:
             continue
         annotated = {a.conversation for a in problem.annotations}
@@ -545,7 +547,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{reader}: {features[reader].shape[1]} features, {cpu[reader]:.0f} CPU-s", file=sys.stderr, flush=True)
     pool: tuple[Steps, dict[str, np.ndarray]] | None = None
     if args.pool_positives is not None:
-        positives = pool_positives(max(args.pool_positives), set(steps.problem_ids))
+        positives = pool_positives(max(args.pool_positives), set(steps.problem_ids), limit_problems=args.limit_problems)
         readings, pool_cpu = _stored(f"pool-positives-{max(args.pool_positives)}-{args.lm}{depth}", positives, args,
                                      lambda: _lm_readings(args.lm, positives, args.lm_depth))  # fmt: skip
         pool = positives, readings

@@ -36,6 +36,7 @@ Choices, so that a reader of the demo data knows what it is:
 from __future__ import annotations
 
 import hashlib
+import itertools
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -214,10 +215,14 @@ def _conversation_order(keys: Iterable[str]) -> list[str]:
     return sorted(keys, key=rank)
 
 
-def read_champ(*, solutions_per_problem: int | None) -> list[DemoProblem]:
-    """Read CHAMP's problems and up to ``solutions_per_problem`` usable solutions each (None: all)."""
+def read_champ(*, solutions_per_problem: int | None, limit_problems: int | None = None) -> list[DemoProblem]:
+    """Read CHAMP's problems and up to ``solutions_per_problem`` usable solutions each (None: all);
+    only the first ``limit_problems`` problems when given (splitting and reading the answers of all
+    19,440 solutions takes some 12 CPU-s)."""
     if solutions_per_problem is not None and solutions_per_problem < 0:
         raise DemoError(f"solutions per problem must be 0 or more, got {solutions_per_problem}")
+    if limit_problems is not None and limit_problems < 1:
+        raise DemoError(f"the number of problems to read must be 1 or more, got {limit_problems}")
     try:
         import champ_dataset
     except ImportError:
@@ -228,7 +233,7 @@ def read_champ(*, solutions_per_problem: int | None) -> list[DemoProblem]:
         raise DemoError(f"cannot read CHAMP {CHAMP_VERSION} from the champ-dataset package: {exc}") from exc
 
     problems: list[DemoProblem] = []
-    for identifier, item in dataset.problems.items():
+    for identifier, item in itertools.islice(dataset.problems.items(), limit_problems):
         usable: list[DemoSolution] = []
         seen: set[tuple[str, str]] = set()
         conversations = item.conversations or {}
@@ -426,9 +431,7 @@ def demo_load(
     if problems is not None and problems < 1:
         raise DemoError(f"the number of problems must be at least 1, got {problems}")
     say(f"Reading CHAMP {CHAMP_VERSION} from the champ-dataset package...")
-    demo_problems = read_champ(solutions_per_problem=solutions_per_problem)
-    if problems is not None:
-        demo_problems = demo_problems[:problems]
+    demo_problems = read_champ(solutions_per_problem=solutions_per_problem, limit_problems=problems)
     solution_count = sum(len(p.solutions) for p in demo_problems)
     annotation_count = sum(len(p.annotations) for p in demo_problems)
     say(f"  {len(demo_problems)} problems, {solution_count} solutions, {annotation_count} human annotations")

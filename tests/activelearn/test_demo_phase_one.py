@@ -32,13 +32,10 @@ from labeling.models import (
     Task,
     TaskStatus,
 )
+from tests.champ_cache import read_champ_once
 from tests.labeling.gold_factories import next_for
 
 PROBLEMS = 5
-
-
-_READ_CHAMP = demo.read_champ
-_champ_cache: dict[int | None, list[demo.DemoProblem]] = {}
 
 
 @pytest.fixture(autouse=True)
@@ -50,13 +47,7 @@ def _fast_demo(settings, monkeypatch):
     monkeypatch.setenv("DEMO_ADMIN_PASSWORD", "demo-admin-pw")
     monkeypatch.setenv("DEMO_LABELER_PASSWORD", "demo-labeler-pw")
 
-    # Parsing the 70 MB dataset is most of a load's time; read it once per size.
-    def cached(*, solutions_per_problem: int | None) -> list[demo.DemoProblem]:
-        if solutions_per_problem not in _champ_cache:
-            _champ_cache[solutions_per_problem] = _READ_CHAMP(solutions_per_problem=solutions_per_problem)
-        return _champ_cache[solutions_per_problem]
-
-    monkeypatch.setattr(demo, "read_champ", cached)
+    monkeypatch.setattr(demo, "read_champ", read_champ_once)
 
 
 @pytest.fixture

@@ -33,21 +33,14 @@ from labeling.models import (
     text_sha256,
 )
 from mathtext.splitting import split_steps
+from tests.champ_cache import read_champ_once
 
 PER_PROBLEM = 2  # keeps each load well under a second
-_READ_CHAMP = demo.read_champ
-_champ_cache: dict[int | None, list[demo.DemoProblem]] = {}
 
 
 @pytest.fixture(autouse=True)
 def _read_champ_once(monkeypatch):
-    # Parsing the 70 MB dataset is most of a load's time; the tests only need it once per size.
-    def cached(*, solutions_per_problem):
-        if solutions_per_problem not in _champ_cache:
-            _champ_cache[solutions_per_problem] = _READ_CHAMP(solutions_per_problem=solutions_per_problem)
-        return _champ_cache[solutions_per_problem]
-
-    monkeypatch.setattr(demo, "read_champ", cached)
+    monkeypatch.setattr(demo, "read_champ", read_champ_once)
 
 
 @pytest.fixture(autouse=True)
@@ -78,6 +71,14 @@ def test_the_demo_stores_the_answer_a_solution_states_not_its_last_sentence():
     assert solution.steps[-1] == "Therefore, there are 239 such strings of length 6."
     assert solution.final_answer == "239"
     assert solution.summary and solution.summary.startswith("There are 239 strings")
+
+
+def test_a_read_of_the_first_problems_is_the_start_of_the_whole_read():
+    from tests.champ_cache import _READ_CHAMP
+
+    assert _READ_CHAMP(solutions_per_problem=None, limit_problems=3) == read_champ_once(solutions_per_problem=None)[:3]
+    with pytest.raises(demo.DemoError, match="the number of problems to read must be 1 or more, got 0"):
+        _READ_CHAMP(solutions_per_problem=None, limit_problems=0)
 
 
 def test_solutions_are_split_by_the_shared_splitter():
