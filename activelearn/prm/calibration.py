@@ -50,7 +50,9 @@ from activelearn.prm.scoring import REDUCTIONS, NeutralAs, Reduction, reduce_ste
 
 FALLBACK_AGGREGATION: Reduction = "min"
 THRESHOLD_RULE = "error-prior quantile of the validation step scores"
-FIXED_AGGREGATION = "fixed by the training recipe (TrainConfig.aggregation); the validation pool is not scored"
+FIXED_AGGREGATION = (
+    "fixed by the training config (TrainConfig.aggregation: the recipe's or the caller's); no validation pool scored"
+)
 AGGREGATION_RULE = "highest expected best-of-4 weighted vote on the validation problems' graded pool"
 # Best-of-4 rather than 16: more validation problems have 4 graded solutions than 16.
 CHOOSE_AT = 4

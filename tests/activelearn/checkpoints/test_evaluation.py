@@ -296,7 +296,7 @@ def test_a_fixed_aggregation_scores_no_pool_solution_and_leaves_the_threshold_as
     assert scored == [3]
     assert fixed.aggregation == fixed.calibration["aggregation"] == "last"
     assert fixed.calibration["pool_solutions"] == 0 and fixed.calibration["aggregation_vote"] == {}
-    assert "fixed by the training recipe" in fixed.calibration["aggregation_reason"]
+    assert "fixed by the training config" in fixed.calibration["aggregation_reason"]
     assert fixed.hyperparameters["train"]["aggregation"] == "last"
     # The same data and seed: the threshold and its validation F1 do not depend on how the
     # aggregation was settled.
