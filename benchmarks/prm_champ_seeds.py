@@ -316,8 +316,8 @@ def report(results: dict[str, Any], args: argparse.Namespace, seconds: float) ->
         f"[95% t-interval over seeds]. Best-of-{n}: the expected accuracy over subsets of the test problems' "
         f"pool (`evaluate_prm`), answers grouped by the grader's equivalence for the votes. The pick is the "
         f"highest solution score under the checkpoint's aggregation, which training chooses by the best expected "
-        f"best-of-4 weighted vote on the validation problems' graded pool (an ORM: its final-step score); the "
-        f"weighted vote sums the same solution scores per answer.",
+        f"best-of-4 weighted vote on the validation problems' graded pool unless the recipe fixes it (an ORM: its "
+        f"final-step score); the weighted vote sums the same solution scores per answer.",
         "",
         f"| arm | step AUROC (chance 0.5) | first-error F1 | F1 random at prior | best-of-{n}: pick "
         f"| weighted vote | majority vote | pick - majority | weighted - majority |",
