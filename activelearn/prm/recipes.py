@@ -134,11 +134,12 @@ RECIPES: dict[Family, Recipe] = {
 }
 
 
-# On a GPU a forward and backward pass are cheap: the small families fine-tune there
-# (starting points, not measured on CHAMP; docs/prm.md).
+# On a GPU a forward and backward pass are cheap: MiniLM fine-tunes there (a starting
+# point, not measured on CHAMP; docs/prm.md). A small causal LM keeps its CPU recipe: fully
+# fine-tuned (5e-5, 2 epochs, 1024 tokens, run on the CPU) SmolLM2 reached validation step
+# AUROC 0.770 on CHAMP's split seed 0 against the frozen middle layer's 0.813.
 GPU_RECIPES: dict[Family, Recipe] = {
     "small_encoder": Recipe("small_encoder", learning_rate=1e-4, num_epochs=3, max_length=512, freeze_layers=0),
-    "small_causal": Recipe("small_causal", learning_rate=5e-5, num_epochs=2, max_length=1024, freeze_layers=0),
 }
 
 

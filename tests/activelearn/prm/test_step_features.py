@@ -253,6 +253,9 @@ def test_the_small_causal_recipe_reads_the_middle_layer_and_the_span_and_a_saved
     recipe = recipe_for("builtin:smollm2")
     assert recipe.step_features == ("span",) and recipe.backbone_layer_share == 0.5
     assert recipe.aggregation == "mean" and recipe_for("builtin:minilm").aggregation == "choose"
+    # The measured recipe on a GPU too; MiniLM fine-tunes there.
+    assert recipe_for("builtin:smollm2", gpu=True) == recipe
+    assert recipe_for("builtin:minilm", gpu=True).freeze_layers == 0
     resolved = TrainConfig(output_dir=tmp_path / "out", backbone=spec).resolved()
     assert resolved.backbone_layers == 1 and resolved.step_features == ("span",)  # half of the tiny Llama's 2
     assert resolved.aggregation == "mean"
