@@ -119,7 +119,7 @@ def held_out_select(
             labeled=labeled_solutions_list(filters=TrainingDataFilters(generations=(generation,))),
             pool=Q(problem_id__in=problems),
         )
-    training_set = checkpoint_training_set(checkpoint=checkpoint)
+    training_set = checkpoint_training_set(checkpoint=checkpoint, selection_pool=False)
     validation = checkpoint.hyperparameters.get("validation_data")
     if validation is not None:
         filters = TrainingDataFilters.from_json(validation)
@@ -177,7 +177,7 @@ def checkpoint_evaluate(
     held_out = held_out_select(checkpoint=checkpoint, generation=generation, splits=splits, problem_ids=problem_ids)
     used_threshold = checkpoint_threshold(checkpoint=checkpoint) if threshold is None else threshold
     aggregation = checkpoint_aggregation(checkpoint=checkpoint)
-    training_set = checkpoint_training_set(checkpoint=checkpoint)
+    training_set = checkpoint_training_set(checkpoint=checkpoint, selection_pool=False)
     # Graded solutions trained on (an ORM's data, or a PRM's extra labels) count too.
     trained_on = {s.problem_id for s in training_set.train} | {s.problem_id for s in training_set.outcome_train}
     held_problems = {s.problem_id for s in held_out.labeled}

@@ -31,7 +31,7 @@ from activelearn.checkpoints.training_data import (
 )
 from activelearn.generations.liveness import Pulse
 from activelearn.models import CheckpointObjective, CheckpointStatus, PRMCheckpoint
-from activelearn.prm.recipes import AGGREGATIONS
+from activelearn.prm.recipes import AGGREGATIONS, CHOOSE_AGGREGATION, recipe_for
 
 if TYPE_CHECKING:
     from activelearn.prm.adaptation import AdaptConfig
@@ -284,9 +284,15 @@ def objective_check(
         raise ValueError(f"{', '.join(mix)} given without outcome solutions (outcome_filters) to weigh")
 
 
-def checkpoint_training_set(*, checkpoint: PRMCheckpoint) -> TrainingSet:
-    """The training set a checkpoint trains (or trained) on, rebuilt from its row."""
+def checkpoint_training_set(*, checkpoint: PRMCheckpoint, selection_pool: bool | None = None) -> TrainingSet:
+    """The training set a checkpoint trains (or trained) on, rebuilt from its row.
+
+    The graded selection pool is built when the run chooses its aggregation on it (None:
+    as the checkpoint's training options and recipe say) or when ``selection_pool`` is True.
+    """
     train = checkpoint.hyperparameters.get("train", {})
+    if selection_pool is None:
+        selection_pool = chooses_aggregation(base_model=checkpoint.base_model, train_options=train)
     filters = TrainingDataFilters.from_json(checkpoint.hyperparameters.get("data", {}))
     validation = checkpoint.hyperparameters.get("validation_data")
     outcome = checkpoint.hyperparameters.get("outcome_data")
@@ -302,7 +308,21 @@ def checkpoint_training_set(*, checkpoint: PRMCheckpoint) -> TrainingSet:
         outcome_validation_filters=(
             None if outcome_validation is None else OutcomeDataFilters.from_json(outcome_validation)
         ),
+        selection_pool=selection_pool,
     )
+
+
+def chooses_aggregation(*, base_model: str, train_options: Mapping[str, Any]) -> bool:
+    """Whether a run on ``base_model`` with these training options chooses its aggregation
+    on the validation problems' graded pool (TrainConfig.resolved: the option, else the
+    recipe of the device the run is on); a fixed one never reads the pool."""
+    fixed = train_options.get("aggregation")
+    if fixed is None:
+        import torch
+
+        gpu = torch.cuda.is_available() and not train_options.get("cpu", False)
+        fixed = recipe_for(base_model, gpu=gpu).aggregation
+    return bool(fixed == CHOOSE_AGGREGATION)
 
 
 def checkpoint_run(
@@ -452,6 +472,7 @@ def checkpoint_train(
             objective=objective,
             outcome_filters=outcome_filters,
             outcome_validation_filters=outcome_validation_filters,
+            selection_pool=chooses_aggregation(base_model=base_model, train_options=overrides),
         )
     except OverlappingSplitsError as error:
         raise SplitSelectionError(str(error)) from None

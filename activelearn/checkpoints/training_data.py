@@ -312,6 +312,7 @@ def training_set_build(
     objective: str = "process",
     outcome_filters: OutcomeDataFilters | None = None,
     outcome_validation_filters: OutcomeDataFilters | None = None,
+    selection_pool: bool = True,
 ) -> TrainingSet:
     """The labels to train on and to validate on.
 
@@ -326,6 +327,9 @@ def training_set_build(
     all it trains on, no human label is read, and ``outcome_validation_filters`` pick its
     validation solutions (refused when they share a problem with the training ones), or
     the hash of the problem id splits ``outcome_filters``' solutions.
+
+    ``selection_pool=False`` leaves a PRM's selection pool empty: a run whose aggregation
+    is fixed never scores it, and loading and grouping it grows with the validation pool.
     """
     from activelearn.prm.data import is_validation_problem, split_by_problem
 
@@ -376,7 +380,9 @@ def training_set_build(
         filters=filters,
         validation_filters=validation_filters,
         outcome_train=extra,
-        selection_pool=_selection_pool(validation, validation_filters, trained=[*train, *extra]),
+        selection_pool=(
+            _selection_pool(validation, validation_filters, trained=[*train, *extra]) if selection_pool else []
+        ),
     )
 
 

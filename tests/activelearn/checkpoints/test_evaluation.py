@@ -2,8 +2,9 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from activelearn.checkpoints import training_data
 from activelearn.checkpoints.evaluation import checkpoint_evaluate
-from activelearn.checkpoints.runs import checkpoint_train
+from activelearn.checkpoints.runs import checkpoint_train, checkpoint_training_set
 from activelearn.checkpoints.training_data import OutcomeDataFilters, TrainingDataFilters, labeled_solutions_list
 from activelearn.models import PRMCheckpoint, SolutionScore
 from activelearn.prm.data import trajectory_with_first_error
@@ -288,12 +289,31 @@ def test_a_fixed_aggregation_scores_no_pool_solution_and_leaves_the_threshold_as
         return score_solutions(model, tokenizer, items, *args, **kwargs)
 
     monkeypatch.setattr(calibration_module, "score_solutions", counting)
+    # Loading and grouping the graded pool grows with a deployment's validation pool: a run
+    # with a fixed aggregation, and an evaluation, never build it.
+    pool_loads: list[int] = []
+    outcome_solutions = training_data.outcome_solutions_list
+
+    def counting_pool(*args, **kwargs):
+        found = outcome_solutions(*args, **kwargs)
+        if kwargs.get("grouped"):
+            pool_loads.append(len(found))
+        return found
+
+    monkeypatch.setattr(training_data, "outcome_solutions_list", counting_pool)
     chosen = _train_tiny()
     assert sum(scored) == 3 + 3 + 13  # trajectories, whole solutions, the pool
+    assert pool_loads == [13]
+    assert len(checkpoint_training_set(checkpoint=chosen).selection_pool) == 13
     scored.clear()
+    pool_loads.clear()
     fixed = _train_tiny("--aggregation=last")
     # Only the 3 labeled validation trajectories, which the threshold needs.
     assert scored == [3]
+    assert pool_loads == []
+    assert checkpoint_training_set(checkpoint=fixed).selection_pool == []
+    call_command("evaluate_prm", f"--checkpoint={chosen.pk}", "--split=validation", "--n=1")
+    assert pool_loads == []
     assert fixed.aggregation == fixed.calibration["aggregation"] == "last"
     assert fixed.calibration["pool_solutions"] == 0 and fixed.calibration["aggregation_vote"] == {}
     assert "fixed by the training config" in fixed.calibration["aggregation_reason"]
