@@ -36,6 +36,16 @@ kept in ``--cache`` (keyed by reader and backbone).
         --pool-positives 1 2 4 6     # correct-answer pool solutions' steps as extra fine labels
     python benchmarks/prm_readers.py --readers causal,step_text,position,lm \
         --combos causal,step_text,causal+step_text+position,lm,causal+step_text+lm
+    python benchmarks/prm_readers.py --lm-depth 16 --readers lm_layer15,lm_span15 --combos lm_layer15+lm_span15 \
+        --seeds 0 1 2 3 4 5 6 7 --threshold-decays 0 0.05 0.1 0.15 0.2 0.3   # a threshold falling along a solution
+
+``--threshold-decays`` reports first-error F1 on validation and test with the product's
+falling threshold (``evaluation.decayed_scores``; the decay in standard deviations of the
+validation steps' logits, as ``TrainConfig.threshold_decay``), the threshold the prior
+quantile of the decayed validation scores: the table the recipe's decay is chosen from,
+by validation F1 alone. Beside it, the F1 a threshold chosen on the test split itself would
+reach (``evaluation.best_threshold``): a bound no threshold rule chosen beforehand can beat
+on those scores, not a result.
 
 Not a training recipe: the regression is a stand-in for the product's head (on the
 ``causal`` reader the two agree within 0.02 of test step AUROC on split seeds 0-2).
@@ -362,7 +372,42 @@ def _balanced(fine: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return out
 
 
-def evaluate(features: np.ndarray, steps: Steps, split: np.ndarray, extra: ExtraFine | None = None) -> dict[str, float]:
+def decay_f1(scores: np.ndarray, steps: Steps, split: np.ndarray, decays: Sequence[float]) -> dict[str, float]:
+    """Validation and test first-error F1 per threshold decay (``val_f1@d``, ``test_f1@d``), by the product's rule:
+    the decay in spreads of the validation steps' logits, the threshold the prior quantile of the decayed
+    validation scores (``calibration.calibrate``)."""
+    from activelearn.prm.evaluation import (
+        best_threshold,
+        decayed_scores,
+        first_error_metrics,
+        logit_spread,
+        prior_threshold,
+    )
+
+    probabilities = 1.0 / (1.0 + np.exp(-scores))  # the regression's P(fine), as the product's head gives
+    validation, test = (np.flatnonzero(split == name) for name in ("validation", "test"))
+    val_solutions, val_errors = _trajectories(steps, validation, probabilities)
+    test_solutions, test_errors = _trajectories(steps, test, probabilities)
+    out: dict[str, float] = {}
+    for decay in decays:
+        absolute = decay * logit_spread(val_solutions)
+        threshold, val_metrics = prior_threshold(decayed_scores(val_solutions, absolute), val_errors)
+        out[f"val_f1@{decay:g}"] = val_metrics.f1
+        decayed_test = decayed_scores(test_solutions, absolute)
+        out[f"test_f1@{decay:g}"] = first_error_metrics(decayed_test, test_errors, threshold).f1
+        # The threshold that maximises F1 on the test split itself: what no rule chosen beforehand can beat at
+        # this decay (every midpoint tried: an upper bound, not a result).
+        out[f"hindsight_f1@{decay:g}"] = best_threshold(decayed_test, test_errors, candidates=10**6)[1].f1
+    return out
+
+
+def evaluate(
+    features: np.ndarray,
+    steps: Steps,
+    split: np.ndarray,
+    extra: ExtraFine | None = None,
+    decays: Sequence[float] = (),
+) -> dict[str, float]:
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import roc_auc_score
     from sklearn.preprocessing import StandardScaler
@@ -407,7 +452,7 @@ def evaluate(features: np.ndarray, steps: Steps, split: np.ndarray, extra: Extra
         "random_f1": random.f1, "strength": strength,
         "test_f1_cv": first_error_metrics(test_solutions, test_errors, cv_threshold).f1, "level": level,
         "train_solutions": int(np.sum(steps.index[train] == 0)), "extra_weight": weight,
-        "extra_steps": len(kept),
+        "extra_steps": len(kept), **decay_f1(scores, steps, split, decays),
     }  # fmt: skip
 
 
@@ -494,6 +539,27 @@ def report(results: dict[str, list[dict[str, float]]], seeds: list[int], cpu: di
     return lines
 
 
+def decay_report(results: dict[str, list[dict[str, float]]], decays: Sequence[float]) -> list[str]:
+    """Per reader and threshold decay: validation and test first-error F1 (the decay is chosen on the first)."""
+    lines = [
+        "",
+        "| reader(s) | threshold decay (validation logit spreads per log(1 + step)) | val first-error F1 "
+        "| test first-error F1 | test F1 per seed | bound: threshold chosen on test | per seed |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for combo, rows in results.items():
+        for decay in decays:
+            val, test, bound = f"val_f1@{decay:g}", f"test_f1@{decay:g}", f"hindsight_f1@{decay:g}"
+            per_seed = " / ".join(f"{r[test]:.2f}" for r in rows)
+            bound_per_seed = " / ".join(f"{r[bound]:.2f}" for r in rows)
+            lines.append(
+                f"| {combo} | {decay:g} | {_interval([r[val] for r in rows])} "
+                f"| {_interval([r[test] for r in rows])} | {per_seed} "
+                f"| {_interval([r[bound] for r in rows])} | {bound_per_seed} |"
+            )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -512,6 +578,8 @@ def main(argv: list[str] | None = None) -> int:
                         "labels as fine, at the weight of --pool-weights chosen per seed by validation step AUROC "
                         "(lm readers only); several K: a learning curve, one LM pass")  # fmt: skip
     parser.add_argument("--pool-weights", type=float, nargs="+", default=[0.1, 0.3, 1.0])
+    parser.add_argument("--threshold-decays", type=float, nargs="+", metavar="D", help="first-error F1 on "
+                        "validation and test, the threshold falling by D logit spreads per log(1 + step)")  # fmt: skip
     parser.add_argument("--train-shares", type=float, nargs="+", help="a learning curve: fit on these shares of "
                         "each seed's training problems too (e.g. 0.25 0.5 1)")  # fmt: skip
     args = parser.parse_args(argv)
@@ -524,6 +592,9 @@ def main(argv: list[str] | None = None) -> int:
     missing = sorted({r for c in combos for r in c.split("+")} - set(readers))
     if missing:
         parser.error(f"--combos uses {', '.join(missing)}, not in --readers")
+    decays = sorted(set(args.threshold_decays or []))
+    if any(not np.isfinite(d) or d < 0 for d in decays):
+        parser.error("--threshold-decays: each must be a finite number >= 0")
     if args.pool_positives is not None and not all(is_lm(r) for r in readers):
         parser.error("--pool-positives reads the pool with the LM: every reader must be an lm reader")
 
@@ -557,7 +628,7 @@ def main(argv: list[str] | None = None) -> int:
     for combo in combos:
         x = np.concatenate([features[r] for r in combo.split("+")], axis=1)
         for share in sorted(args.train_shares or [1.0]):
-            rows = [evaluate(x, steps, splits(steps, seed, share)) for seed in args.seeds]
+            rows = [evaluate(x, steps, splits(steps, seed, share), decays=decays) for seed in args.seeds]
             solutions = sum(r["train_solutions"] for r in rows) / len(rows)
             name = combo if share == 1.0 else f"{combo} on {share:.0%} of the training problems"
             results[f"{name} ({solutions:.0f} labeled solutions)" if args.train_shares else name] = rows
@@ -567,12 +638,14 @@ def main(argv: list[str] | None = None) -> int:
         for per_problem in sorted(args.pool_positives):
             extra = ExtraFine(pool_features, np.asarray(pool[0].problem_ids), tuple(args.pool_weights),
                               solution_ranks(pool[0]), per_problem)  # fmt: skip
-            rows = [evaluate(x, steps, splits(steps, seed), extra) for seed in args.seeds]
+            rows = [evaluate(x, steps, splits(steps, seed), extra, decays) for seed in args.seeds]
             chosen = " / ".join(f"{r['extra_weight']:g}" for r in rows)
             steps_used = sum(r["extra_steps"] for r in rows) / len(rows)
             results[f"{combo} + up to {per_problem} correct pool solutions a problem ({steps_used:.0f} fine steps; "
                     f"weight per seed {chosen})"] = rows  # fmt: skip
     print("\n".join(report(results, args.seeds, cpu)))
+    if decays:
+        print("\n".join(decay_report(results, decays)))
     return 0
 
 

@@ -13,7 +13,9 @@ Held-out data is one of:
 test numbers of one checkpoint sit side by side. Keys of a result:
 
 * ``threshold`` (and ``threshold_source``): the checkpoint's, chosen on validation,
-  unless one is given; 0.5 for a checkpoint that has none.
+  unless one is given; 0.5 for a checkpoint that has none. ``threshold_decay``: how far
+  it falls along a solution (the checkpoint's, in its logits per log(1 + step index);
+  ``prm.evaluation.decayed_scores``), applied to a given threshold too.
 * ``aggregation``: the checkpoint's chosen aggregation ("min" when it has none).
 * ``step_auroc``: AUROC of P(step is fine) against the human ratings of every rated
   completion (neutral counted as fine), with ``step_auroc_labeled_steps``; chance is 0.5.
@@ -56,7 +58,12 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from activelearn.checkpoints.runs import checkpoint_aggregation, checkpoint_threshold, checkpoint_training_set
+from activelearn.checkpoints.runs import (
+    checkpoint_aggregation,
+    checkpoint_threshold,
+    checkpoint_threshold_decay,
+    checkpoint_training_set,
+)
 from activelearn.checkpoints.scoring import checkpoint_model_load
 from activelearn.checkpoints.training_data import TrainingDataFilters, labeled_solutions_list
 from activelearn.grading import extract_final_answer, normalize_answer
@@ -160,6 +167,7 @@ def checkpoint_evaluate(
         DEFAULT_RESAMPLES,
         INTERVAL_LEVEL,
         auroc,
+        decayed_scores,
         error_prior,
         first_error_baselines,
         first_error_interval,
@@ -176,6 +184,7 @@ def checkpoint_evaluate(
         raise EvaluationRequestError("draws and resamples must be positive")
     held_out = held_out_select(checkpoint=checkpoint, generation=generation, splits=splits, problem_ids=problem_ids)
     used_threshold = checkpoint_threshold(checkpoint=checkpoint) if threshold is None else threshold
+    decay = checkpoint_threshold_decay(checkpoint=checkpoint)
     aggregation = checkpoint_aggregation(checkpoint=checkpoint)
     training_set = checkpoint_training_set(checkpoint=checkpoint, selection_pool=False)
     # Graded solutions trained on (an ORM's data, or a PRM's extra labels) count too.
@@ -193,6 +202,7 @@ def checkpoint_evaluate(
         else "checkpoint (chosen on validation)"
         if checkpoint.threshold is not None
         else "default",
+        "threshold_decay": decay,
         "aggregation": aggregation,
         "objective": checkpoint.objective,
         "step_metrics_note": ORM_STEP_METRICS_NOTE if checkpoint.objective == CheckpointObjective.OUTCOME else None,
@@ -222,12 +232,11 @@ def checkpoint_evaluate(
             reduction="min",
         )
         first_errors = [first for _, first in trajectories]
-        step_scores = [s.step_scores for s in scored]
-        metrics = first_error_metrics(step_scores, first_errors, threshold=used_threshold)
+        # The first-error rule reads the scores against its falling threshold.
+        flagged = decayed_scores([s.step_scores for s in scored], decay)
+        metrics = first_error_metrics(flagged, first_errors, threshold=used_threshold)
         prior = error_prior([len(steps) for steps, _ in trajectories], first_errors)
-        interval = first_error_interval(
-            step_scores, first_errors, used_threshold, prior, resamples=resamples, seed=seed
-        )
+        interval = first_error_interval(flagged, first_errors, used_threshold, prior, resamples=resamples, seed=seed)
         result["first_error"] = {
             **dataclasses.asdict(metrics),
             "f1_ci": [interval["f1"].low, interval["f1"].high],

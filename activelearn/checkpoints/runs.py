@@ -12,6 +12,7 @@ this module to create rows and enqueue work, and must never load them.
 from __future__ import annotations
 
 import logging
+import math
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -60,6 +61,7 @@ TRAIN_CONFIG_KEYS = frozenset(
         "backbone_layers",
         "head_l2",
         "aggregation",
+        "threshold_decay",
         "class_weighting",
         "val_fraction",
         "split_salt",
@@ -136,6 +138,12 @@ def checkpoint_aggregation(*, checkpoint: PRMCheckpoint) -> Reduction:
 def checkpoint_threshold(*, checkpoint: PRMCheckpoint) -> float:
     """The first-error threshold chosen on validation, or the default."""
     return DEFAULT_THRESHOLD if checkpoint.threshold is None else checkpoint.threshold
+
+
+def checkpoint_threshold_decay(*, checkpoint: PRMCheckpoint) -> float:
+    """How far the checkpoint's first-error threshold falls along a solution, in its logits
+    per log(1 + step index) (prm.evaluation.decayed_scores); 0 (flat) without a calibration."""
+    return float((checkpoint.calibration or {}).get("threshold_decay", 0.0))
 
 
 class BackboneAdaptationError(ValueError):
@@ -232,6 +240,11 @@ def checkpoint_create(
     aggregation = overrides.get("aggregation")
     if aggregation is not None and aggregation not in AGGREGATIONS:
         raise ValueError(f"aggregation must be one of {list(AGGREGATIONS)}, got {aggregation!r}")
+    decay = overrides.get("threshold_decay")
+    if decay is not None and (
+        isinstance(decay, bool) or not isinstance(decay, int | float) or not math.isfinite(decay) or decay < 0
+    ):
+        raise ValueError(f"threshold_decay must be a finite number >= 0, got {decay!r}")
     base_filters = filters or TrainingDataFilters()
     data_filters = TrainingDataFilters.from_json({**base_filters.to_json(), "through_generation": through_generation})
     root = Path(output_root if output_root is not None else settings.CHECKPOINT_DIR)

@@ -11,7 +11,13 @@ from django.db import transaction
 from django.db.models import Exists, F, Max, OuterRef, Q
 from django.utils import timezone
 
-from activelearn.checkpoints.runs import checkpoint_aggregation, checkpoint_create, checkpoint_run, checkpoint_threshold
+from activelearn.checkpoints.runs import (
+    checkpoint_aggregation,
+    checkpoint_create,
+    checkpoint_run,
+    checkpoint_threshold,
+    checkpoint_threshold_decay,
+)
 from activelearn.generations.config import ERROR_MAX, GenerationConfig, GenerationConfigError
 from activelearn.generations.dispatch import generation_dispatch, scored_refresh, scoring_finish
 from activelearn.generations.liveness import Pulse
@@ -283,7 +289,10 @@ def selection_candidates(*, run: GenerationRun) -> list[PoolCandidate]:
     candidates: list[PoolCandidate] = []
     seen: set[tuple[int, str]] = set()
     assert run.checkpoint is not None
+    from activelearn.prm.evaluation import decayed_scores
+
     threshold = checkpoint_threshold(checkpoint=run.checkpoint)
+    decay = checkpoint_threshold_decay(checkpoint=run.checkpoint)
     for page in id_pages(run_pool_ids(run=run)):
         rows = (
             SolutionScore.objects.filter(checkpoint_id=run.checkpoint_id, solution_id__in=page)
@@ -310,7 +319,7 @@ def selection_candidates(*, run: GenerationRun) -> list[PoolCandidate]:
                     is_correct=is_correct,
                     # The checkpoint finds no step below its threshold: it is fooled, if
                     # the answer is wrong (selection serves these first).
-                    passes=min(step_scores) >= threshold if step_scores else None,
+                    passes=min(decayed_scores([step_scores], decay)[0]) >= threshold if step_scores else None,
                 )
             )
     return candidates

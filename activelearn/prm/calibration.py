@@ -39,9 +39,11 @@ from activelearn.prm.evaluation import (
     Candidate,
     FirstErrorMetrics,
     auroc,
+    decayed_scores,
     error_prior,
     expected_top_pick,
     expected_votes,
+    logit_spread,
     prior_threshold,
     vote_subsets,
 )
@@ -50,6 +52,10 @@ from activelearn.prm.scoring import REDUCTIONS, NeutralAs, Reduction, reduce_ste
 
 FALLBACK_AGGREGATION: Reduction = "min"
 THRESHOLD_RULE = "error-prior quantile of the validation step scores"
+DECAYED_THRESHOLD_RULE = (
+    "error-prior quantile of the validation step scores, the threshold's logit falling by "
+    "decay x log(1 + step index) (evaluation.decayed_scores)"
+)
 FIXED_AGGREGATION = (
     "fixed by the training config (TrainConfig.aggregation: the recipe's or the caller's); no validation pool scored"
 )
@@ -82,6 +88,11 @@ class Calibration:
     solutions: int = 0
     threshold_rule: str = THRESHOLD_RULE
     error_prior: float | None = None  # share of validation trajectory steps that are a first error
+    # How far the threshold's logit falls along a solution, per log(1 + step index)
+    # (evaluation.decayed_scores): in this model's logits, and as asked, in standard
+    # deviations of the validation steps' logits (TrainConfig.threshold_decay).
+    threshold_decay: float = 0.0
+    threshold_decay_sd: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -186,13 +197,16 @@ def calibrate(
     batch_size: int = 16,
     pool: Sequence[OutcomeSolution] = (),
     aggregation: Reduction | None = None,
+    threshold_decay: float = 0.0,
 ) -> Calibration | None:
     """Threshold from labeled validation solutions, aggregation from the graded ``pool`` of
     the validation problems (see the module docstring); None without labeled solutions.
 
     A fixed ``aggregation`` (a recipe's) is kept as given: neither the pool nor the labeled
     solutions beyond their first error are scored, which on a causal LM is most of what
-    calibration costs."""
+    calibration costs. ``threshold_decay`` (in standard deviations of the validation steps'
+    logits) makes the threshold fall along a solution; the prior quantile is then taken of
+    the decayed scores, so it still flags as many validation steps as there are errors."""
     trajectories = [trajectory_with_first_error(solution) for solution in solutions]
     usable = [(s, t) for s, t in zip(solutions, trajectories, strict=True) if t[0]]
     if not usable:
@@ -202,7 +216,8 @@ def calibrate(
     )
     step_scores = [r.step_scores for r in scored]
     first_errors = [first for _, (_, first) in usable]
-    threshold, metrics = prior_threshold(step_scores, first_errors)
+    decay = threshold_decay * logit_spread(step_scores)
+    threshold, metrics = prior_threshold(decayed_scores(step_scores, decay), first_errors)
     fixed = Calibration(
         threshold=threshold,
         first_error=metrics,
@@ -210,6 +225,9 @@ def calibrate(
         aggregation_reason=FIXED_AGGREGATION,
         solutions=len(usable),
         error_prior=error_prior([len(s) for s in step_scores], first_errors),
+        threshold_rule=DECAYED_THRESHOLD_RULE if decay else THRESHOLD_RULE,
+        threshold_decay=decay,
+        threshold_decay_sd=threshold_decay,
     )
     if aggregation is not None:
         return fixed

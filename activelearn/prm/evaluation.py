@@ -45,6 +45,42 @@ class FirstErrorMetrics:
     error_free: int
 
 
+# Scores this close to 0 or 1 are clipped before their logit is taken.
+_LOGIT_EPS = 1e-6
+
+
+def _logits(scores: Sequence[float]) -> np.ndarray:
+    p = np.clip(np.asarray(scores, dtype=np.float64), _LOGIT_EPS, 1 - _LOGIT_EPS)
+    return np.log(p) - np.log1p(-p)
+
+
+def logit_spread(step_scores: Sequence[Sequence[float]]) -> float:
+    """The standard deviation of the steps' score logits: the unit a threshold decay is
+    given in, so that one decay means the same for heads whose logits differ in scale."""
+    values = _logits([s for scores in step_scores for s in scores])
+    return float(values.std()) if values.size else 0.0
+
+
+def decayed_scores(step_scores: Sequence[Sequence[float]], decay: float) -> list[list[float]]:
+    """Step scores as a first-error threshold that falls along the solution reads them.
+
+    Step k is flagged when its score is below ``sigmoid(logit(threshold) - decay *
+    log(1 + k))``, the same as when ``sigmoid(logit(score) + decay * log(1 + k))`` is below
+    the threshold: these are the scores returned, so every threshold rule (the prior
+    quantile, F1 and its interval) applies to them unchanged. Why a falling threshold: an
+    error-free solution is right only if none of its steps is flagged, so a flat threshold
+    charges long solutions for their length; on CHAMP (docs/prm.md) a decay chosen on
+    validation raised test first-error F1. ``decay`` 0 returns the scores as they are.
+    """
+    if decay == 0:
+        return [list(scores) for scores in step_scores]
+    out = []
+    for scores in step_scores:
+        shifted = _logits(scores) + decay * np.log1p(np.arange(len(scores)))
+        out.append((1.0 / (1.0 + np.exp(-shifted))).tolist())
+    return out
+
+
 def predicted_first_error(step_scores: Sequence[float], threshold: float = 0.5) -> int | None:
     for index, score in enumerate(step_scores):
         if score < threshold:

@@ -114,6 +114,10 @@ class TrainConfig:
     # How step scores become a solution score: a name from scoring.REDUCTIONS, or "choose"
     # (on the validation problems' graded pool, calibration.calibrate). None: the recipe's.
     aggregation: str | None = None
+    # How far the first-error threshold falls along a solution, in standard deviations of
+    # the validation steps' logits per log(1 + step index) (calibration.calibrate); 0: flat.
+    # None: the recipe's.
+    threshold_decay: float | None = None
     # The backbone's lowest layers kept; the head reads the last of them
     # (activelearn.prm.modeling.cut_backbone). None: the recipe's; the layer count: all.
     backbone_layers: int | None = None
@@ -160,6 +164,11 @@ class TrainConfig:
             raise ValueError(f"objective must be one of {list(OBJECTIVES)}, got {self.objective!r}")
         if self.aggregation is not None and self.aggregation not in AGGREGATIONS:
             raise ValueError(f"aggregation must be one of {list(AGGREGATIONS)}, got {self.aggregation!r}")
+        decay = self.threshold_decay
+        if decay is not None and (
+            isinstance(decay, bool) or not isinstance(decay, int | float) or not math.isfinite(decay) or decay < 0
+        ):
+            raise ValueError(f"threshold_decay must be a finite number >= 0, got {decay!r}")
         if self.outcome_targets not in OUTCOME_TARGETS:
             raise ValueError(f"outcome_targets must be one of {list(OUTCOME_TARGETS)}, got {self.outcome_targets!r}")
         weight = self.outcome_weight
@@ -189,6 +198,7 @@ class TrainConfig:
             backbone_layers=self._resolved_backbone_layers(recipe.backbone_layer_share),
             head_l2=tuple(self.head_l2) if self.head_l2 is not None else recipe.head_l2,
             aggregation=self.aggregation if self.aggregation is not None else recipe.aggregation,
+            threshold_decay=self.threshold_decay if self.threshold_decay is not None else recipe.threshold_decay,
         )
 
     @property
@@ -760,7 +770,13 @@ def _calibrate_process(
         return None
     fixed = None if config.aggregation in (None, CHOOSE_AGGREGATION) else cast(Reduction, config.aggregation)
     found = calibrate(
-        model, tokenizer, labeled_validation, batch_size=config.eval_batch_size, pool=pool, aggregation=fixed
+        model,
+        tokenizer,
+        labeled_validation,
+        batch_size=config.eval_batch_size,
+        pool=pool,
+        aggregation=fixed,
+        threshold_decay=config.threshold_decay or 0.0,
     )
     return found.to_json() if found is not None else None
 

@@ -215,3 +215,44 @@ def test_correct_pool_solutions_join_as_fine_steps_in_a_learning_curve_from_one_
     (saved,) = tmp_path.glob("pool-positives-2-*tiny-lm-*.npz")
     assert "lm_layer1" in np.load(saved).files
     assert re.search(r"pool positives: \d+ solutions, \d+ steps", run.stderr)
+
+
+def _long_clean_solutions(problems: int = 240, seed: int = 0) -> tuple[prm_readers.Steps, np.ndarray]:
+    """One solution a problem: a third error-free of 6 steps, the rest wrong at step 1-3; the feature tells a
+    wrong step from a fine one, and drifts down along a solution (as a PRM's scores of late steps can)."""
+    rng = np.random.default_rng(seed)
+    ids, index, length, fine = [], [], [], []
+    for p in range(problems):
+        first = None if p % 3 == 0 else int(rng.integers(1, 4))
+        steps = 6 if first is None else first + 1
+        for k in range(steps):
+            ids.append(f"champ/p{p}")
+            index.append(k)
+            length.append(steps)
+            fine.append(k != first)
+    fine_array, index_array = np.array(fine), np.array(index)
+    feature = 2.0 * fine_array - 0.8 * index_array + rng.normal(0, 0.7, len(fine))
+    steps_ = prm_readers.Steps(
+        problem_ids=ids, problems=["x"] * len(ids), texts=["a"] * len(ids), index=index_array,
+        length=np.array(length), fine=fine_array, solutions=[],
+    )  # fmt: skip
+    return steps_, np.stack([feature, rng.normal(0, 1, len(fine))], axis=1)
+
+
+def test_a_falling_threshold_is_reported_beside_the_flat_one_by_the_products_rule():
+    steps, features = _long_clean_solutions()
+    split = prm_readers.splits(steps, seed=0)
+    result = prm_readers.evaluate(features, steps, split, decays=(0.0, 0.5))
+    # Decay 0 is the product's flat rule: the F1 the report gives beside it.
+    assert result["val_f1@0"] == pytest.approx(result["val_f1"])
+    assert result["test_f1@0"] == pytest.approx(result["test_f1"])
+    # Late steps drift down: a flat threshold flags the long error-free solutions, a falling one spares them.
+    assert result["test_f1@0.5"] > result["test_f1@0"] + 0.05
+    # The bound beside it: a threshold chosen on the test split itself does at least as well.
+    assert all(result[f"hindsight_f1@{d}"] >= result[f"test_f1@{d}"] for d in ("0", "0.5"))
+    assert "val_f1@0.5" not in prm_readers.evaluate(features, steps, split)
+
+
+def test_a_negative_threshold_decay_is_refused(tmp_path):
+    run = _run(tmp_path, "--readers", "position", "--threshold-decays", "0", "-0.1")
+    assert run.returncode == 2 and "--threshold-decays: each must be a finite number >= 0" in run.stderr

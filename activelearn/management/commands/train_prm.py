@@ -87,6 +87,12 @@ class Command(BaseCommand):
             help="how step scores become a solution score: choose (on the validation problems' graded pool) or a "
             "fixed one (default: the backbone family's; docs/prm.md)",
         )
+        parser.add_argument(
+            "--threshold-decay",
+            type=float,
+            help="how far the first-error threshold falls along a solution, in standard deviations of the "
+            "validation steps' logits per log(1 + step index); 0: flat (default: the backbone family's)",
+        )
         parser.add_argument("--class-weighting", choices=["balanced", "none"], help="loss weights per class")
         parser.add_argument("--val-fraction", type=float)
         parser.add_argument("--seed", type=int)
@@ -178,6 +184,7 @@ class Command(BaseCommand):
                         ("backbone_layers", "backbone_layers"),
                         ("head_l2", "head_l2"),
                         ("aggregation", "aggregation"),
+                        ("threshold_decay", "threshold_decay"),
                         ("class_weighting", "class_weighting"),
                         ("val_fraction", "val_fraction"),
                         ("seed", "seed"),
@@ -256,7 +263,13 @@ class Command(BaseCommand):
         calibration = checkpoint.calibration or {}
         chosen = (
             f"first-error threshold {fmt(checkpoint.threshold)} (validation F1 "
-            f"{fmt((calibration.get('first_error') or {}).get('f1'))}), aggregation {checkpoint.aggregation}"
+            f"{fmt((calibration.get('first_error') or {}).get('f1'))}"
+            + (
+                f"; falling by {fmt(calibration['threshold_decay'])} logits per log(1 + step)"
+                if calibration.get("threshold_decay")
+                else ""
+            )
+            + f"), aggregation {checkpoint.aggregation}"
             if checkpoint.threshold is not None
             else "no validation solutions: threshold 0.5 and aggregation min by default"
         )

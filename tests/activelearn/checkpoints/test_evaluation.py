@@ -339,3 +339,27 @@ def test_it_warns_when_the_held_out_problems_were_trained_on(checkpoint, capsys)
     result = PRMCheckpoint.objects.get(pk=checkpoint.pk).evaluation["generation:0"]
     assert result["held_out_problems_in_training"] == checkpoint.metrics["train_solutions"] > 0
     assert "not held-out numbers" in capsys.readouterr().err
+
+
+def test_a_falling_threshold_is_chosen_on_validation_and_evaluation_reads_scores_by_the_same_rule(settings, tmp_path):
+    settings.CHECKPOINT_DIR = tmp_path
+    _split_labels("train", 8, seed=11)
+    _split_labels("validation", 6, seed=12)
+    flat = _train_tiny("--aggregation=min", "--threshold-decay=0")
+    falling = _train_tiny("--aggregation=min", "--threshold-decay=0.5")
+    assert flat.calibration["threshold_decay"] == 0.0
+    assert "falling" not in flat.calibration["threshold_rule"]
+    assert falling.calibration["threshold_decay_sd"] == 0.5
+    # Given in spreads of the validation logits, stored in this head's logits.
+    assert falling.calibration["threshold_decay"] > 0
+    assert "falling by decay" in falling.calibration["threshold_rule"]
+    assert falling.hyperparameters["train"]["threshold_decay"] == 0.5
+    for checkpoint in (flat, falling):
+        result = checkpoint_evaluate(checkpoint=checkpoint, splits=["validation"], best_of_n_sizes=[1])
+        assert result["threshold_decay"] == checkpoint.calibration["threshold_decay"]
+        # The validation solutions again: the metrics calibration chose the threshold by.
+        assert {k: result["first_error"][k] for k in checkpoint.calibration["first_error"]} == pytest.approx(
+            checkpoint.calibration["first_error"]
+        )
+    with pytest.raises(CommandError, match=r"threshold_decay must be a finite number >= 0, got -1\.0"):
+        _train_tiny("--threshold-decay=-1")

@@ -239,6 +239,11 @@ def test_it_refuses_an_unknown_step_feature_before_creating_a_run():
     for aggregation in ("median", ["mean"]):
         with pytest.raises(ValueError, match=re.escape(f"must be one of {list(AGGREGATIONS)}, got {aggregation!r}")):
             checkpoint_create(base_model="tiny:llama", through_generation=None, config={"aggregation": aggregation})
+    for decay in (-0.1, float("nan"), "steep", True):
+        with pytest.raises(ValueError, match=re.escape(f"threshold_decay must be a finite number >= 0, got {decay!r}")):
+            checkpoint_create(base_model="tiny:llama", through_generation=None, config={"threshold_decay": decay})
+        with pytest.raises(ValueError, match="threshold_decay must be a finite number >= 0"):
+            TrainConfig(output_dir=Path("unused"), threshold_decay=decay)
     assert not PRMCheckpoint.objects.exists()
 
 

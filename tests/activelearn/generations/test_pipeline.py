@@ -1,6 +1,8 @@
 """The generation state machine and its steps, run in this process (no worker)."""
 
+from collections.abc import Hashable
 from datetime import timedelta
+from typing import cast
 
 import pytest
 from django.utils import timezone
@@ -405,3 +407,19 @@ def test_a_generation_scores_with_the_aggregation_and_threshold_its_checkpoint_c
     stats = GenerationRun.objects.get(generation=second).selection_stats
     # Every wrong-answer pick passes a threshold of 0: the checkpoint flags nothing.
     assert stats["wrong_answer_picks_passing_threshold"] == stats["wrong_answer_picks"] > 0
+    # With the checkpoint's threshold falling along a solution, a candidate passes by the
+    # same rule its first errors were chosen by: a steep fall spares every step but the first.
+    run = GenerationRun.objects.get(generation=second)
+    low_later, low_first = sorted(cast(int, c.solution_id) for c in steps.selection_candidates(run=run))[:2]
+    rows.filter(solution_id=low_later).update(step_scores=[0.9, 0.3, 0.8])
+    rows.filter(solution_id=low_first).update(step_scores=[0.3, 0.9])
+
+    def passes() -> dict[Hashable, bool | None]:
+        fresh = GenerationRun.objects.get(pk=run.pk)  # the checkpoint's row as it is now
+        found = {c.solution_id: c.passes for c in steps.selection_candidates(run=fresh)}
+        return {solution: found[solution] for solution in (low_later, low_first)}
+
+    PRMCheckpoint.objects.filter(pk=checkpoint.pk).update(threshold=0.5, calibration={"threshold_decay": 0.0})
+    assert passes() == {low_later: False, low_first: False}
+    PRMCheckpoint.objects.filter(pk=checkpoint.pk).update(calibration={"threshold_decay": 1000.0})
+    assert passes() == {low_later: True, low_first: False}

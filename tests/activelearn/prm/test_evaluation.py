@@ -18,12 +18,14 @@ from activelearn.prm.evaluation import (
     best_of_n,
     best_threshold,
     bootstrap_means,
+    decayed_scores,
     error_prior,
     expected_top_pick,
     first_error_baselines,
     first_error_hits,
     first_error_interval,
     first_error_metrics,
+    logit_spread,
     predicted_first_error,
     prior_threshold,
 )
@@ -371,3 +373,36 @@ def test_the_prior_threshold_holds_still_where_the_f1_maximiser_swings(split_see
                 first_error_metrics([scores[i] for i in check], [firsts[i] for i in check], threshold).f1
             )
     assert np.mean(held_out_f1["prior"]) > np.mean(held_out_f1["argmax"])
+
+
+def test_a_decayed_threshold_lets_a_long_error_free_solution_pass_and_still_finds_an_early_error():
+    long_clean = [0.9, 0.8, 0.7, 0.6, 0.45, 0.42, 0.4, 0.4]
+    early_error = [0.8, 0.2, 0.9]
+    scores, firsts = [long_clean, early_error], [None, 1]
+    # Flat at 0.5 the long solution's late steps are flagged: it counts as erroneous.
+    assert predicted_first_error(long_clean, 0.5) == 4
+    assert decayed_scores(scores, 0.0) == scores
+    decayed = decayed_scores(scores, 0.5)
+    # Step k's logit rises by 0.5 * log(1 + k); the first step is as it was.
+    for row, original in zip(decayed, scores, strict=True):
+        for k, (new, old) in enumerate(zip(row, original, strict=True)):
+            assert math.log(new / (1 - new)) == pytest.approx(math.log(old / (1 - old)) + 0.5 * math.log1p(k))
+    assert predicted_first_error(decayed[0], 0.5) is None
+    assert predicted_first_error(decayed[1], 0.5) == 1
+    assert first_error_metrics(decayed, firsts, 0.5).f1 == 1.0 > first_error_metrics(scores, firsts, 0.5).f1
+
+
+def test_a_decay_in_logit_spreads_flags_the_same_steps_whatever_the_scale_of_the_logits():
+    """calibration.calibrate gives the decay in standard deviations of the validation logits:
+    a head whose logits are twice as large (the same ranking, sharper) flags the same steps."""
+    rng = np.random.default_rng(3)
+    scores = [list(rng.uniform(0.05, 0.95, size=n)) for n in rng.integers(2, 12, size=40)]
+    firsts = [int(rng.integers(0, len(s))) if i % 3 else None for i, s in enumerate(scores)]
+    sharper = [[1 / (1 + ((1 - p) / p) ** 2) for p in row] for row in scores]
+    assert logit_spread(sharper) == pytest.approx(2 * logit_spread(scores))
+    flags = []
+    for rows in (scores, sharper):
+        decayed = decayed_scores(rows, 0.3 * logit_spread(rows))
+        threshold, metrics = prior_threshold(decayed, firsts)
+        flags.append(([predicted_first_error(row, threshold) for row in decayed], metrics))
+    assert flags[0] == flags[1]

@@ -253,12 +253,18 @@ def test_the_small_causal_recipe_reads_the_middle_layer_and_the_span_and_a_saved
     recipe = recipe_for("builtin:smollm2")
     assert recipe.step_features == ("span",) and recipe.backbone_layer_share == 0.5
     assert recipe.aggregation == "mean" and recipe_for("builtin:minilm").aggregation == "choose"
+    # The first-error threshold falls along a solution for this recipe only (chosen on CHAMP).
+    assert recipe.threshold_decay == 0.15 and recipe_for("builtin:minilm").threshold_decay == 0.0
     # The measured recipe on a GPU too; MiniLM fine-tunes there.
     assert recipe_for("builtin:smollm2", gpu=True) == recipe
     assert recipe_for("builtin:minilm", gpu=True).freeze_layers == 0
     resolved = TrainConfig(output_dir=tmp_path / "out", backbone=spec).resolved()
     assert resolved.backbone_layers == 1 and resolved.step_features == ("span",)  # half of the tiny Llama's 2
-    assert resolved.aggregation == "mean"
+    assert resolved.aggregation == "mean" and resolved.threshold_decay == 0.15
+    assert (
+        replace(TrainConfig(output_dir=tmp_path / "flat", backbone=spec), threshold_decay=0).resolved().threshold_decay
+        == 0
+    )
     labeled = _oracle_labeled(6, 2, seed=3)
     result = train_prm(labeled, replace(resolved, num_epochs=1), validation=_oracle_labeled(3, 2, seed=5))
     saved = json.loads((Path(result.final_dir) / CONFIG_FILE).read_text())
