@@ -339,8 +339,11 @@ EXPORT_DIR = envpath("EXPORT_DIR", VAR_DIR / "exports")
 PRM_BACKBONE = envstr("PRM_BACKBONE", "builtin:smollm2")
 # Where a frozen backbone's output at the step separators is kept (one SQLite file), so
 # retraining a head-only PRM or ORM and rescoring with it skip the forward passes already
-# made (activelearn/prm/feature_cache.py). Unset: no cache.
-PRM_FEATURE_CACHE_DIR = envpath("PRM_FEATURE_CACHE_DIR", Path()) if os.environ.get("PRM_FEATURE_CACHE_DIR") else None
+# made (activelearn/prm/feature_cache.py). On by default: without it every generation's
+# retraining runs the backbone again over every label (SmolLM2 on CHAMP's 444 training and
+# validation solutions: 548 CPU-s, against 45 with the cache). "off" switches it off.
+_FEATURE_CACHE_OFF = os.environ.get("PRM_FEATURE_CACHE_DIR", "").strip().lower() == "off"
+PRM_FEATURE_CACHE_DIR = None if _FEATURE_CACHE_OFF else envpath("PRM_FEATURE_CACHE_DIR", VAR_DIR / "feature-cache")
 
 # --- Labeling -------------------------------------------------------------
 LEASE_SECONDS = envint("LEASE_SECONDS", 30 * 60, minimum=60)

@@ -29,6 +29,24 @@ def test_it_runs_on_the_embedded_default_with_nothing_set() -> None:
     assert result.stdout.split() == ["django.db.backends.sqlite3", "filesystem://", "False"]
 
 
+def test_the_prm_feature_cache_is_on_under_var_by_default_and_can_be_moved_or_switched_off(tmp_path) -> None:
+    def cache_dir(**env: str) -> str:
+        unset = {"PRM_FEATURE_CACHE_DIR", "ANNOTATE_VAR_DIR", "PYTEST_XDIST_WORKER"}
+        clean = {k: v for k, v in os.environ.items() if k not in unset}
+        code = "import annotate.settings as s; print(s.PRM_FEATURE_CACHE_DIR)"
+        run = subprocess.run(
+            [sys.executable, "-c", code], env=clean | env, capture_output=True, text=True, cwd=settings.BASE_DIR
+        )
+        assert run.returncode == 0, run.stderr
+        return run.stdout.strip()
+
+    assert cache_dir(ANNOTATE_VAR_DIR=str(tmp_path)) == str(tmp_path / "feature-cache")
+    assert cache_dir(ANNOTATE_VAR_DIR=str(tmp_path), PRM_FEATURE_CACHE_DIR=str(tmp_path / "shared")) == str(
+        tmp_path / "shared"
+    )
+    assert cache_dir(PRM_FEATURE_CACHE_DIR="off") == "None"
+
+
 def test_it_uses_postgresql_and_redis_when_told() -> None:
     result = load_settings(
         DATABASE_URL="postgres://u@db:5432/annotate", CELERY_BROKER_URL="redis://r:6379/0", SECRET_KEY="k" * 50
