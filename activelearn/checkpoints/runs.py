@@ -12,7 +12,6 @@ this module to create rows and enqueue work, and must never load them.
 from __future__ import annotations
 
 import logging
-import math
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -32,7 +31,7 @@ from activelearn.checkpoints.training_data import (
 )
 from activelearn.generations.liveness import Pulse
 from activelearn.models import CheckpointObjective, CheckpointStatus, PRMCheckpoint
-from activelearn.prm.recipes import AGGREGATIONS, CHOOSE_AGGREGATION, recipe_for
+from activelearn.prm.recipes import AGGREGATIONS, CHOOSE_AGGREGATION, nonnegative_option_check, recipe_for
 
 if TYPE_CHECKING:
     from activelearn.prm.adaptation import AdaptConfig
@@ -240,11 +239,8 @@ def checkpoint_create(
     aggregation = overrides.get("aggregation")
     if aggregation is not None and aggregation not in AGGREGATIONS:
         raise ValueError(f"aggregation must be one of {list(AGGREGATIONS)}, got {aggregation!r}")
-    decay = overrides.get("threshold_decay")
-    if decay is not None and (
-        isinstance(decay, bool) or not isinstance(decay, int | float) or not math.isfinite(decay) or decay < 0
-    ):
-        raise ValueError(f"threshold_decay must be a finite number >= 0, got {decay!r}")
+    if overrides.get("threshold_decay") is not None:
+        nonnegative_option_check("threshold_decay", overrides["threshold_decay"])
     base_filters = filters or TrainingDataFilters()
     data_filters = TrainingDataFilters.from_json({**base_filters.to_json(), "through_generation": through_generation})
     root = Path(output_root if output_root is not None else settings.CHECKPOINT_DIR)

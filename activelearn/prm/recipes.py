@@ -13,6 +13,7 @@ alone, so resolving costs no model load.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,15 @@ HEAD_L2_GRID = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
 # request imports no torch; a test pins it to REDUCTIONS).
 CHOOSE_AGGREGATION = "choose"
 AGGREGATIONS = (CHOOSE_AGGREGATION, "min", "product", "mean", "last")
+
+
+def nonnegative_option_check(name: str, value: object) -> None:
+    """Refuse a training option that must be a finite number >= 0 (a boolean is not one),
+    here so that validating a request imports no torch."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+
+
 # Above this hidden size a model is trained with the large (GPU) recipe.
 LARGE_HIDDEN_SIZE = 1536
 SIMULATED_LEARNING_RATE = 1e-3

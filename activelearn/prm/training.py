@@ -66,7 +66,7 @@ from activelearn.prm.head_training import (
 )
 from activelearn.prm.memory import ADAPTERS, Adapter, AdapterPlan, choose_adapter, device_memory, world_size
 from activelearn.prm.modeling import CONFIG_FILE, IGNORE_INDEX, NEGATIVE, ProcessRewardModel
-from activelearn.prm.recipes import AGGREGATIONS, CHOOSE_AGGREGATION, recipe_for
+from activelearn.prm.recipes import AGGREGATIONS, CHOOSE_AGGREGATION, nonnegative_option_check, recipe_for
 from activelearn.prm.scoring import Reduction
 
 logger = logging.getLogger(__name__)
@@ -164,16 +164,11 @@ class TrainConfig:
             raise ValueError(f"objective must be one of {list(OBJECTIVES)}, got {self.objective!r}")
         if self.aggregation is not None and self.aggregation not in AGGREGATIONS:
             raise ValueError(f"aggregation must be one of {list(AGGREGATIONS)}, got {self.aggregation!r}")
-        decay = self.threshold_decay
-        if decay is not None and (
-            isinstance(decay, bool) or not isinstance(decay, int | float) or not math.isfinite(decay) or decay < 0
-        ):
-            raise ValueError(f"threshold_decay must be a finite number >= 0, got {decay!r}")
+        if self.threshold_decay is not None:
+            nonnegative_option_check("threshold_decay", self.threshold_decay)
         if self.outcome_targets not in OUTCOME_TARGETS:
             raise ValueError(f"outcome_targets must be one of {list(OUTCOME_TARGETS)}, got {self.outcome_targets!r}")
-        weight = self.outcome_weight
-        if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight) or weight < 0:
-            raise ValueError(f"outcome_weight must be a finite number >= 0, got {weight!r}")
+        nonnegative_option_check("outcome_weight", self.outcome_weight)
         if self.objective == "outcome" and self.outcome_targets != "final":
             raise ValueError(
                 "outcome_targets applies to outcome labels mixed into a process run; "
